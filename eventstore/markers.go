@@ -1,0 +1,58 @@
+package eventstore
+
+import (
+	"context"
+	"time"
+)
+
+// MarkerState is the state of an execution marker.
+type MarkerState string
+
+// Marker states.
+const (
+	// MarkerLeased: a STRICT guard holds a lease while the step runs.
+	MarkerLeased MarkerState = "LEASED"
+	// MarkerCommitted: the step ran; Reply holds the reply it produced.
+	MarkerCommitted MarkerState = "COMMITTED"
+	// MarkerCompensatedEmpty: a compensation arrived for an action that
+	// never ran (null compensation); a later action is refused (hanging).
+	MarkerCompensatedEmpty MarkerState = "COMPENSATED_EMPTY"
+)
+
+// MarkerKey names one execution marker. The partition is (Scope, TxID): one
+// partition delete removes every marker of a saga.
+type MarkerKey struct {
+	Scope
+	TxID string
+	Span int
+	Kind string
+	// Site tells which guard wrote it ("worker:<service>" or "orchestrator").
+	Site string
+}
+
+// Marker is a row of es_execution_markers.
+type Marker struct {
+	MarkerKey
+	State MarkerState
+	Owner string
+	Reply []byte
+	// TTL is the remaining lease when read; zero means permanent.
+	TTL       time.Duration
+	UpdatedAt time.Time
+}
+
+// Markers is the execution-marker part of Store.
+type Markers interface {
+	// InsertMarker inserts m if no marker exists for its key, with a TTL of
+	// lease (0: permanent). When a marker exists it returns applied=false and
+	// the existing marker (with its remaining TTL).
+	InsertMarker(ctx context.Context, m Marker, lease time.Duration) (applied bool, existing Marker, err error)
+	// PutMarker writes m permanently (TTL 0), replacing any lease.
+	PutMarker(ctx context.Context, m Marker) error
+	// GetMarker reads a marker; ErrNotFound if absent or expired.
+	GetMarker(ctx context.Context, key MarkerKey) (Marker, error)
+	// DeleteMarkers removes every marker of a saga with one partition delete.
+	DeleteMarkers(ctx context.Context, scope Scope, txID string) error
+	// ListMarkers returns every live marker of a saga (for tests and admin).
+	ListMarkers(ctx context.Context, scope Scope, txID string) ([]Marker, error)
+}

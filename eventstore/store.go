@@ -1,0 +1,148 @@
+// Package eventstore defines the persistence seam of StackSaga: saga rows,
+// their step history (tryouts), frozen sagas, execution markers and the
+// recovery directory. Implementations live in subpackages (memory,
+// cassandra) so that importing this package pulls in no database driver.
+// Every implementation runs the conformance suite in eventstore/storetest.
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrNotFound means the row does not exist.
+	ErrNotFound = errors.New("eventstore: not found")
+	// ErrExists means a conditional create found the row already there.
+	ErrExists = errors.New("eventstore: already exists")
+	// ErrClosed means the store was closed.
+	ErrClosed = errors.New("eventstore: closed")
+)
+
+// Scope is the partition-key prefix shared by every table: the region, the
+// virtual cluster and the orchestrating service.
+type Scope struct {
+	Region  string
+	Cluster string
+	Service string
+}
+
+// State is a saga's state.
+type State string
+
+// Saga states (DESIGN.md, "Saga model").
+const (
+	StateStarted            State = "STARTED"
+	StateInProgress         State = "IN_PROGRESS"
+	StateCompleted          State = "COMPLETED"
+	StateFailed             State = "FAILED"
+	StateCompensating       State = "COMPENSATING"
+	StateCompensated        State = "COMPENSATED"
+	StateCompensationFailed State = "COMPENSATION_FAILED"
+	StatePaused             State = "PAUSED"
+	// StateRetryPending parks a saga after a retryable error until the
+	// recovery engine (or an explicit re-drive) sends the step again.
+	StateRetryPending State = "RETRY_PENDING"
+)
+
+// Terminal reports whether no transition leaves s.
+func (s State) Terminal() bool {
+	return s == StateCompleted || s == StateCompensated || s == StateCompensationFailed
+}
+
+// Transaction is one saga: the row of es_transaction.
+type Transaction struct {
+	Scope
+	TxID   string
+	Domain string
+	State  State
+	// Version counts the transitions written; it starts at 1 on create.
+	Version int64
+	// Span is the index of the current step; Kind is "process" while going
+	// forward and "revert" while compensating; Endpoint names the step.
+	Span     int
+	Kind     string
+	Endpoint string
+	Attempt  int
+	// Payload is the serialised domain entity after the last applied step.
+	Payload []byte
+	// Completed lists the spans whose forward action succeeded, in order,
+	// with the endpoint each ran (compensation walks it in reverse).
+	Completed []CompletedSpan
+	// Hints is the revert hint store.
+	Hints map[string]string
+	// Error is the last error message (non-retryable or retryable).
+	Error string
+	// RestorePath locates the restore watchdog row of the recovery
+	// directory for this saga, if one was registered.
+	RestorePath *RecoveryPath
+	// PausedUntil is the deadline of a paused span (zero: no deadline).
+	PausedUntil time.Time
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// CompletedSpan is a forward step that succeeded.
+type CompletedSpan struct {
+	Span     int
+	Endpoint string
+	// Compensable is false for query steps, which have no compensation.
+	Compensable bool
+}
+
+// Tryout is one step attempt: a row of es_transaction_tryout, clustered by
+// Index ascending within the saga's partition.
+type Tryout struct {
+	TxID     string
+	Index    int
+	Span     int
+	Kind     string
+	Endpoint string
+	Attempt  int
+	// Outcome is "ok", "retryable", "non_retryable", "paused" or "sent".
+	Outcome string
+	Error   string
+	// Before is the domain entity before the step (the snapshot a paused or
+	// retried step is re-invoked against); After the one it produced.
+	Before        []byte
+	After         []byte
+	ResumeContext []byte
+	StartedAt     time.Time
+	FinishedAt    time.Time
+}
+
+// Store is the persistence seam. All methods are safe for concurrent use.
+type Store interface {
+	// CreateTransaction inserts a new saga row (and its first tryout, if
+	// any). It returns ErrExists if the transaction id is taken.
+	CreateTransaction(ctx context.Context, tx Transaction, first *Tryout) error
+	// LoadTransaction reads a saga row; ErrNotFound if absent.
+	LoadTransaction(ctx context.Context, scope Scope, txID string) (Transaction, error)
+	// Transition writes the saga row and, if non-nil, a tryout row in one
+	// same-partition batch (one round trip).
+	Transition(ctx context.Context, tx Transaction, tryout *Tryout) error
+	// Tryouts returns a saga's step history ordered by Index.
+	Tryouts(ctx context.Context, scope Scope, txID string) ([]Tryout, error)
+
+	// Freeze copies a saga into es_frozen_transaction (it stays readable
+	// with LoadTransaction). Unfreeze removes it from there.
+	Freeze(ctx context.Context, tx Transaction, reason string) error
+	Unfreeze(ctx context.Context, scope Scope, txID string) error
+	// ListFrozen lists frozen sagas of a scope, at most limit.
+	ListFrozen(ctx context.Context, scope Scope, limit int) ([]FrozenTransaction, error)
+
+	Markers
+	Directory
+
+	// Close releases the store; it is safe to call twice.
+	Close() error
+}
+
+// FrozenTransaction is a row of es_frozen_transaction.
+type FrozenTransaction struct {
+	Transaction
+	Reason   string
+	FrozenAt time.Time
+}

@@ -1,0 +1,37 @@
+package topics
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// Prefix starts every topic StackSaga creates.
+const Prefix = "stacksaga"
+
+var legalName = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
+
+// CommandTopic is the one command topic of a worker service.
+func CommandTopic(service string) string { return Prefix + "." + service + ".command" }
+
+// CallbackTopic is the one callback topic of a saga domain, that every worker
+// replies to.
+func CallbackTopic(domain string) string { return Prefix + "." + domain + ".callback" }
+
+// DeadLetterTopic is where records of topic that cannot be processed go, with
+// the reason in a header.
+func DeadLetterTopic(topic string) string { return topic + ".dlt" }
+
+// ValidName reports whether s can be part of a topic name (service or domain).
+func ValidName(s string) error {
+	if s == "" || len(s) > 200 || !legalName.MatchString(s) {
+		return fmt.Errorf("topics: %q is not a valid name: use 1-200 of [a-zA-Z0-9._-]", s)
+	}
+	return nil
+}
+
+// Header names set on dead-lettered records.
+const (
+	HeaderDeadLetterReason = "stacksaga-dlt-reason"
+	HeaderDeadLetterTopic  = "stacksaga-dlt-topic"
+	HeaderDeadLetterOffset = "stacksaga-dlt-offset"
+)
