@@ -37,7 +37,8 @@ type Marker struct {
 	Owner string
 	Reply []byte
 	// TTL is the remaining lease when read; zero means permanent.
-	TTL       time.Duration
+	TTL time.Duration
+	// UpdatedAt is set by the store's clock when zero on write.
 	UpdatedAt time.Time
 }
 
@@ -46,13 +47,23 @@ type Markers interface {
 	// InsertMarker inserts m if no marker exists for its key, with a TTL of
 	// lease (0: permanent). When a marker exists it returns applied=false and
 	// the existing marker (with its remaining TTL).
+	//
+	// Leases are whole seconds (Cassandra TTLs): lease is rounded up to the
+	// next second, and a remaining TTL is reported rounded up to the next
+	// second, so a live lease always reads TTL >= 1s. Owner should be unique
+	// per guard attempt: when a Cassandra LWT times out with an unknown
+	// outcome the store retries, and a retry that finds the marker written
+	// with the same Owner and State reports applied=true.
 	InsertMarker(ctx context.Context, m Marker, lease time.Duration) (applied bool, existing Marker, err error)
 	// PutMarker writes m permanently (TTL 0), replacing any lease.
 	PutMarker(ctx context.Context, m Marker) error
 	// GetMarker reads a marker; ErrNotFound if absent or expired.
 	GetMarker(ctx context.Context, key MarkerKey) (Marker, error)
+	// DeleteMarker removes one marker (a guard giving up its lease).
+	DeleteMarker(ctx context.Context, key MarkerKey) error
 	// DeleteMarkers removes every marker of a saga with one partition delete.
 	DeleteMarkers(ctx context.Context, scope Scope, txID string) error
-	// ListMarkers returns every live marker of a saga (for tests and admin).
+	// ListMarkers returns every live marker of a saga (for tests and admin)
+	// ordered by (Span, Kind, Site).
 	ListMarkers(ctx context.Context, scope Scope, txID string) ([]Marker, error)
 }

@@ -8,6 +8,7 @@ package eventstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -19,6 +20,10 @@ var (
 	ErrExists = errors.New("eventstore: already exists")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("eventstore: closed")
+	// ErrInvalid means an argument cannot be stored: an empty key
+	// component, a window outside 0..1439, a negative bucket, a tryout of
+	// another saga.
+	ErrInvalid = errors.New("eventstore: invalid argument")
 )
 
 // Scope is the partition-key prefix shared by every table: the region, the
@@ -27,6 +32,19 @@ type Scope struct {
 	Region  string
 	Cluster string
 	Service string
+}
+
+// Validate returns an error wrapping ErrInvalid if a component is empty.
+func (s Scope) Validate() error {
+	switch {
+	case s.Region == "":
+		return fmt.Errorf("%w: empty scope region", ErrInvalid)
+	case s.Cluster == "":
+		return fmt.Errorf("%w: empty scope cluster", ErrInvalid)
+	case s.Service == "":
+		return fmt.Errorf("%w: empty scope service", ErrInvalid)
+	}
+	return nil
 }
 
 // State is a saga's state.
@@ -114,6 +132,13 @@ type Tryout struct {
 }
 
 // Store is the persistence seam. All methods are safe for concurrent use.
+//
+// Every implementation has the same semantics (eventstore/storetest checks
+// them): times are kept in UTC at millisecond precision; empty byte slices,
+// slices and maps read back as nil; values are copied in and out, so
+// callers may reuse or modify what they pass and get; an empty Scope
+// component or transaction id fails with ErrInvalid; a closed store fails
+// with ErrClosed.
 type Store interface {
 	// CreateTransaction inserts a new saga row (and its first tryout, if
 	// any). It returns ErrExists if the transaction id is taken.
@@ -121,7 +146,11 @@ type Store interface {
 	// LoadTransaction reads a saga row; ErrNotFound if absent.
 	LoadTransaction(ctx context.Context, scope Scope, txID string) (Transaction, error)
 	// Transition writes the saga row and, if non-nil, a tryout row in one
-	// same-partition batch (one round trip).
+	// same-partition batch (one round trip). It overwrites every field of
+	// the row (an upsert: it does not check that the row exists, nor
+	// tx.Version; the caller increments Version). A tryout with an empty
+	// TxID takes tx.TxID; a tryout of another saga fails with ErrInvalid.
+	// Writing the same tryout Index again overwrites that tryout.
 	Transition(ctx context.Context, tx Transaction, tryout *Tryout) error
 	// Tryouts returns a saga's step history ordered by Index.
 	Tryouts(ctx context.Context, scope Scope, txID string) ([]Tryout, error)
@@ -130,8 +159,13 @@ type Store interface {
 	// with LoadTransaction). Unfreeze removes it from there.
 	Freeze(ctx context.Context, tx Transaction, reason string) error
 	Unfreeze(ctx context.Context, scope Scope, txID string) error
-	// ListFrozen lists frozen sagas of a scope, at most limit.
+	// ListFrozen lists frozen sagas of a scope ordered by TxID, at most
+	// limit (<= 0: all).
 	ListFrozen(ctx context.Context, scope Scope, limit int) ([]FrozenTransaction, error)
+	// ListFrozenAfter is ListFrozen starting after afterTxID (paging).
+	ListFrozenAfter(ctx context.Context, scope Scope, afterTxID string, limit int) ([]FrozenTransaction, error)
+	// GetFrozen reads one frozen saga; ErrNotFound if it is not frozen.
+	GetFrozen(ctx context.Context, scope Scope, txID string) (FrozenTransaction, error)
 
 	Markers
 	Directory
