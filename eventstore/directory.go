@@ -9,6 +9,10 @@ import (
 // MinutesPerDay bounds RecoveryPath.MinuteOfDay: windows are 0..1439.
 const MinutesPerDay = 1440
 
+// MaxListDaysYears bounds the calendar years one ListDays call may span (it
+// reads one tier-1 partition per year); a wider span fails with ErrInvalid.
+const MaxListDaysYears = 4
+
 // RecoveryPath locates one row of tier 5 of the recovery directory.
 type RecoveryPath struct {
 	// Day is the UTC calendar day (date_of_year), MinuteOfDay the window.
@@ -84,7 +88,8 @@ type Directory interface {
 	PutRecoveryEntry(ctx context.Context, scope Scope, e RecoveryEntry) error
 
 	// ListDays returns the tier-1 days from..to (inclusive, calendar days,
-	// UTC) in ascending order.
+	// UTC) in ascending order. It reads one partition per calendar year,
+	// at most MaxListDaysYears+1 of them.
 	ListDays(ctx context.Context, scope Scope, from, to time.Time) ([]time.Time, error)
 	// ListWindows returns the tier-2 minute windows of day, ascending.
 	ListWindows(ctx context.Context, scope Scope, day time.Time) ([]int, error)

@@ -1,0 +1,202 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+)
+
+func checkMarkerKey(k eventstore.MarkerKey) error {
+	if err := checkKey(k.Scope, k.TxID); err != nil {
+		return err
+	}
+	if k.Kind == "" || k.Site == "" {
+		return fmt.Errorf("memory: %w: marker kind and site must be set", eventstore.ErrInvalid)
+	}
+	return nil
+}
+
+// ceilSeconds rounds d up to whole seconds, as Cassandra TTLs are.
+func ceilSeconds(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// live reports whether r is alive at now and fills its remaining TTL.
+func (r markerRec) live(now time.Time) (eventstore.Marker, bool) {
+	m := r.m
+	m.Reply = cloneBytes(m.Reply)
+	if r.expires.IsZero() {
+		m.TTL = 0
+		return m, true
+	}
+	left := r.expires.Sub(now)
+	if left <= 0 {
+		return eventstore.Marker{}, false
+	}
+	m.TTL = ceilSeconds(left)
+	return m, true
+}
+
+func (s *Store) markerRec(m eventstore.Marker, lease time.Duration, now time.Time) markerRec {
+	m.TTL = 0
+	m.Reply = cloneBytes(m.Reply)
+	if m.UpdatedAt.IsZero() {
+		m.UpdatedAt = now
+	}
+	m.UpdatedAt = normTime(m.UpdatedAt)
+	r := markerRec{m: m}
+	if lease > 0 {
+		r.expires = now.Add(ceilSeconds(lease))
+	}
+	return r
+}
+
+// InsertMarker inserts m unless a live marker has its key; see
+// eventstore.Markers.
+func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (bool, eventstore.Marker, error) {
+	if err := s.check(ctx); err != nil {
+		return false, eventstore.Marker{}, err
+	}
+	if err := checkMarkerKey(m.MarkerKey); err != nil {
+		return false, eventstore.Marker{}, err
+	}
+	if lease < 0 {
+		return false, eventstore.Marker{}, fmt.Errorf("memory: %w: negative lease %v", eventstore.ErrInvalid, lease)
+	}
+	now := s.now()
+	pk := txKey{m.Scope, m.TxID}
+	ck := markerCK{m.Span, m.Kind, m.Site}
+	sh := s.shard(m.TxID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	part := sh.markers[pk]
+	if old, ok := part[ck]; ok {
+		if cur, alive := old.live(now); alive {
+			return false, cur, nil
+		}
+	}
+	if part == nil {
+		part = make(map[markerCK]markerRec)
+		sh.markers[pk] = part
+	}
+	part[ck] = s.markerRec(m, lease, now)
+	return true, eventstore.Marker{}, nil
+}
+
+// PutMarker writes m permanently, replacing any lease.
+func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkMarkerKey(m.MarkerKey); err != nil {
+		return err
+	}
+	now := s.now()
+	pk := txKey{m.Scope, m.TxID}
+	sh := s.shard(m.TxID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	part := sh.markers[pk]
+	if part == nil {
+		part = make(map[markerCK]markerRec)
+		sh.markers[pk] = part
+	}
+	part[markerCK{m.Span, m.Kind, m.Site}] = s.markerRec(m, 0, now)
+	return nil
+}
+
+// GetMarker reads a live marker.
+func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (eventstore.Marker, error) {
+	if err := s.check(ctx); err != nil {
+		return eventstore.Marker{}, err
+	}
+	if err := checkMarkerKey(key); err != nil {
+		return eventstore.Marker{}, err
+	}
+	now := s.now()
+	sh := s.shard(key.TxID)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if r, ok := sh.markers[txKey{key.Scope, key.TxID}][markerCK{key.Span, key.Kind, key.Site}]; ok {
+		if m, alive := r.live(now); alive {
+			return m, nil
+		}
+	}
+	return eventstore.Marker{}, fmt.Errorf("memory: marker %s/%d/%s/%s: %w", key.TxID, key.Span, key.Kind, key.Site, eventstore.ErrNotFound)
+}
+
+// DeleteMarker removes one marker.
+func (s *Store) DeleteMarker(ctx context.Context, key eventstore.MarkerKey) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkMarkerKey(key); err != nil {
+		return err
+	}
+	pk := txKey{key.Scope, key.TxID}
+	sh := s.shard(key.TxID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if part := sh.markers[pk]; part != nil {
+		delete(part, markerCK{key.Span, key.Kind, key.Site})
+		if len(part) == 0 {
+			delete(sh.markers, pk)
+		}
+	}
+	return nil
+}
+
+// DeleteMarkers removes every marker of a saga.
+func (s *Store) DeleteMarkers(ctx context.Context, scope eventstore.Scope, txID string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkKey(scope, txID); err != nil {
+		return err
+	}
+	sh := s.shard(txID)
+	sh.mu.Lock()
+	delete(sh.markers, txKey{scope, txID})
+	sh.mu.Unlock()
+	return nil
+}
+
+// ListMarkers returns the live markers of a saga ordered by (Span, Kind,
+// Site). Expired leases found on the way are purged.
+func (s *Store) ListMarkers(ctx context.Context, scope eventstore.Scope, txID string) ([]eventstore.Marker, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkKey(scope, txID); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	pk := txKey{scope, txID}
+	sh := s.shard(txID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	part := sh.markers[pk]
+	var out []eventstore.Marker
+	for ck, r := range part {
+		m, alive := r.live(now)
+		if !alive {
+			delete(part, ck)
+			continue
+		}
+		out = append(out, m)
+	}
+	if part != nil && len(part) == 0 {
+		delete(sh.markers, pk)
+	}
+	slices.SortFunc(out, func(a, b eventstore.Marker) int {
+		return cmp.Or(cmp.Compare(a.Span, b.Span), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Site, b.Site))
+	})
+	return out, nil
+}
