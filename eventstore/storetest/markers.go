@@ -1,0 +1,258 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+)
+
+func markerKey(scope eventstore.Scope, txID string, span int, kind, site string) eventstore.MarkerKey {
+	return eventstore.MarkerKey{Scope: scope, TxID: txID, Span: span, Kind: kind, Site: site}
+}
+
+func testMarkerLease(t *testing.T, e *env) {
+	ctx := t.Context()
+	k := markerKey(e.scope, "tx-lease", 1, "process", "worker:payment-service")
+	lease := eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "pod-a#1"}
+	applied, _, err := e.store.InsertMarker(ctx, lease, 30*time.Second)
+	must(t, err, "InsertMarker")
+	if !applied {
+		t.Fatal("first InsertMarker not applied")
+	}
+	applied, existing, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "pod-b#1"}, 30*time.Second)
+	must(t, err, "second InsertMarker")
+	if applied {
+		t.Fatal("second InsertMarker applied over a live lease")
+	}
+	if existing.Owner != "pod-a#1" || existing.State != eventstore.MarkerLeased || existing.MarkerKey != k {
+		t.Fatalf("existing marker %+v, want pod-a#1's lease", existing)
+	}
+	if existing.TTL <= 0 || existing.TTL > 30*time.Second {
+		t.Fatalf("existing lease TTL %v, want in (0, 30s]", existing.TTL)
+	}
+	got, err := e.store.GetMarker(ctx, k)
+	must(t, err, "GetMarker")
+	if got.Owner != "pod-a#1" || got.State != eventstore.MarkerLeased || got.TTL <= 0 || got.TTL > 30*time.Second || got.TTL%time.Second != 0 {
+		t.Fatalf("GetMarker %+v, want pod-a#1's lease with a TTL of whole seconds in (0, 30s]", got)
+	}
+	if got.UpdatedAt.IsZero() {
+		t.Fatal("GetMarker: UpdatedAt not set by the store")
+	}
+
+	// Commit: permanent, with the reply.
+	commit := eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "pod-a#1", Reply: []byte("reply-bytes"), UpdatedAt: base}
+	must(t, e.store.PutMarker(ctx, commit), "PutMarker")
+	got, err = e.store.GetMarker(ctx, k)
+	must(t, err, "GetMarker after commit")
+	if got.State != eventstore.MarkerCommitted || got.TTL != 0 || string(got.Reply) != "reply-bytes" || !got.UpdatedAt.Equal(base) {
+		t.Fatalf("committed marker %+v, want COMMITTED, TTL 0, the reply and UpdatedAt %v", got, base)
+	}
+	applied, existing, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "pod-c#1"}, 30*time.Second)
+	must(t, err, "InsertMarker over a committed marker")
+	if applied || existing.State != eventstore.MarkerCommitted || existing.TTL != 0 || string(existing.Reply) != "reply-bytes" {
+		t.Fatalf("InsertMarker over committed marker: applied=%v existing=%+v", applied, existing)
+	}
+}
+
+func testMarkerPermanentInsert(t *testing.T, e *env) {
+	ctx := t.Context()
+	k := markerKey(e.scope, "tx-perm", 0, "revert", "worker:inventory-service")
+	m := eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCompensatedEmpty, Owner: "pod-a"}
+	applied, _, err := e.store.InsertMarker(ctx, m, 0)
+	must(t, err, "InsertMarker without lease")
+	if !applied {
+		t.Fatal("InsertMarker without lease not applied")
+	}
+	got, err := e.store.GetMarker(ctx, k)
+	must(t, err, "GetMarker")
+	if got.TTL != 0 || got.State != eventstore.MarkerCompensatedEmpty {
+		t.Fatalf("permanent marker %+v, want COMPENSATED_EMPTY with TTL 0", got)
+	}
+	applied, existing, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "pod-b"}, 5*time.Second)
+	must(t, err, "InsertMarker over a permanent marker")
+	if applied || existing.State != eventstore.MarkerCompensatedEmpty || existing.TTL != 0 {
+		t.Fatalf("InsertMarker over a permanent marker: applied=%v existing=%+v", applied, existing)
+	}
+}
+
+func testMarkerDelete(t *testing.T, e *env) {
+	ctx := t.Context()
+	k := markerKey(e.scope, "tx-del", 3, "process", "orchestrator")
+	_, err := e.store.GetMarker(ctx, k)
+	mustIs(t, err, eventstore.ErrNotFound, "GetMarker before insert")
+	applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "a"}, time.Minute)
+	must(t, err, "InsertMarker")
+	if !applied {
+		t.Fatal("InsertMarker not applied")
+	}
+	must(t, e.store.DeleteMarker(ctx, k), "DeleteMarker")
+	must(t, e.store.DeleteMarker(ctx, k), "DeleteMarker twice")
+	_, err = e.store.GetMarker(ctx, k)
+	mustIs(t, err, eventstore.ErrNotFound, "GetMarker after DeleteMarker")
+	applied, _, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "b"}, time.Minute)
+	must(t, err, "InsertMarker after DeleteMarker")
+	if !applied {
+		t.Fatal("InsertMarker after DeleteMarker not applied")
+	}
+}
+
+func testMarkersPartitionDelete(t *testing.T, e *env) {
+	ctx := t.Context()
+	const tx = "tx-markers"
+	keys := []eventstore.MarkerKey{
+		markerKey(e.scope, tx, 2, "process", "worker:b"),
+		markerKey(e.scope, tx, 0, "revert", "worker:a"),
+		markerKey(e.scope, tx, 0, "process", "worker:a"),
+		markerKey(e.scope, tx, 1, "process", "worker:b"),
+		markerKey(e.scope, tx, 0, "process", "orchestrator"),
+		markerKey(e.scope, tx, 10, "process", "worker:c"),
+	}
+	for i, k := range keys {
+		if i%2 == 0 {
+			must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o"}), "PutMarker")
+			continue
+		}
+		applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "o"}, time.Minute)
+		must(t, err, "InsertMarker")
+		if !applied {
+			t.Fatalf("InsertMarker %+v not applied", k)
+		}
+	}
+	neighbour := markerKey(e.scope, "tx-neighbour", 0, "process", "worker:a")
+	must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: neighbour, State: eventstore.MarkerCommitted, Owner: "n"}), "PutMarker neighbour")
+
+	list, err := e.store.ListMarkers(ctx, e.scope, tx)
+	must(t, err, "ListMarkers")
+	var order []string
+	for _, m := range list {
+		order = append(order, fmt.Sprintf("%d/%s/%s", m.Span, m.Kind, m.Site))
+	}
+	want := "[0/process/orchestrator 0/process/worker:a 0/revert/worker:a 1/process/worker:b 2/process/worker:b 10/process/worker:c]"
+	if fmt.Sprint(order) != want {
+		t.Fatalf("ListMarkers order %v, want %s", order, want)
+	}
+
+	must(t, e.store.DeleteMarkers(ctx, e.scope, tx), "DeleteMarkers")
+	list, err = e.store.ListMarkers(ctx, e.scope, tx)
+	must(t, err, "ListMarkers after DeleteMarkers")
+	if len(list) != 0 {
+		t.Fatalf("markers left after the partition delete: %+v", list)
+	}
+	for _, k := range keys {
+		if _, err := e.store.GetMarker(ctx, k); !errors.Is(err, eventstore.ErrNotFound) {
+			t.Fatalf("GetMarker %+v after DeleteMarkers: %v, want ErrNotFound", k, err)
+		}
+	}
+	if _, err := e.store.GetMarker(ctx, neighbour); err != nil {
+		t.Fatalf("DeleteMarkers removed another saga's marker: %v", err)
+	}
+	// A late duplicate after the saga ended can lease again.
+	applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: keys[0], State: eventstore.MarkerLeased, Owner: "late"}, time.Minute)
+	must(t, err, "InsertMarker after DeleteMarkers")
+	if !applied {
+		t.Fatal("InsertMarker after DeleteMarkers not applied")
+	}
+}
+
+func testConcurrentInsert(t *testing.T, e *env) {
+	ctx := t.Context()
+	k := markerKey(e.scope, "tx-race", 4, "process", "worker:payment-service")
+	n := e.f.Concurrency
+	type result struct {
+		applied  bool
+		existing eventstore.Marker
+		err      error
+	}
+	results := make([]result, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			m := eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: fmt.Sprintf("owner-%d", i)}
+			applied, existing, err := e.store.InsertMarker(ctx, m, time.Minute)
+			results[i] = result{applied, existing, err}
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, r := range results {
+		if r.err != nil {
+			t.Fatalf("goroutine %d: InsertMarker: %v", i, r.err)
+		}
+		if r.applied {
+			if winner >= 0 {
+				t.Fatalf("goroutines %d and %d both applied the conditional insert", winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("none of %d goroutines applied the conditional insert", n)
+	}
+	wantOwner := fmt.Sprintf("owner-%d", winner)
+	for i, r := range results {
+		if i != winner && r.existing.Owner != wantOwner {
+			t.Fatalf("goroutine %d saw existing owner %q, want the winner %q", i, r.existing.Owner, wantOwner)
+		}
+	}
+	got, err := e.store.GetMarker(ctx, k)
+	must(t, err, "GetMarker")
+	if got.Owner != wantOwner {
+		t.Fatalf("stored owner %q, want the winner %q", got.Owner, wantOwner)
+	}
+}
+
+func testMarkerTTLExpiry(t *testing.T, e *env) {
+	ctx := t.Context()
+	const tx = "tx-ttl"
+	k := markerKey(e.scope, tx, 0, "process", "worker:a")
+	perm := markerKey(e.scope, tx, 1, "process", "worker:a")
+	must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: perm, State: eventstore.MarkerCommitted, Owner: "p"}), "PutMarker")
+	// 1.2s is rounded up to a 2s lease.
+	applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "crashed-pod"}, 1200*time.Millisecond)
+	must(t, err, "InsertMarker")
+	if !applied {
+		t.Fatal("InsertMarker not applied")
+	}
+	if got, err := e.store.GetMarker(ctx, k); err == nil {
+		if got.TTL <= 0 || got.TTL > 2*time.Second {
+			t.Fatalf("fresh lease TTL %v, want in (0, 2s]", got.TTL)
+		}
+	} else if e.f.Advance != nil || !errors.Is(err, eventstore.ErrNotFound) {
+		t.Fatalf("GetMarker of a fresh lease: %v", err)
+	}
+	if e.f.Advance != nil {
+		e.f.Advance(1500 * time.Millisecond)
+		got, err := e.store.GetMarker(ctx, k)
+		must(t, err, "GetMarker 1.5s into a lease of 1.2s (rounded up to 2s)")
+		if got.TTL != time.Second {
+			t.Fatalf("TTL 1.5s into a 2s lease: %v, want 1s (rounded up)", got.TTL)
+		}
+	}
+	e.eventually(t, "lease expired", 500*time.Millisecond, func() bool {
+		_, err := e.store.GetMarker(ctx, k)
+		if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+			t.Fatalf("GetMarker: %v", err)
+		}
+		return err != nil
+	})
+	list, err := e.store.ListMarkers(ctx, e.scope, tx)
+	must(t, err, "ListMarkers")
+	if len(list) != 1 || list[0].Span != 1 {
+		t.Fatalf("ListMarkers after expiry %+v, want only the permanent marker", list)
+	}
+	applied, _, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "next-pod"}, time.Minute)
+	must(t, err, "InsertMarker after expiry")
+	if !applied {
+		t.Fatal("InsertMarker after the lease expired not applied")
+	}
+	if _, err := e.store.GetMarker(ctx, perm); err != nil {
+		t.Fatalf("permanent marker gone: %v", err)
+	}
+}

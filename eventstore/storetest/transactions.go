@@ -1,0 +1,467 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+)
+
+// base is a millisecond-precise UTC instant the fixtures start from.
+var base = time.Date(2026, 3, 14, 15, 9, 26, 535_000_000, time.UTC)
+
+func fullTx(scope eventstore.Scope, id string) eventstore.Transaction {
+	return eventstore.Transaction{
+		Scope:    scope,
+		TxID:     id,
+		Domain:   "order-saga",
+		State:    eventstore.StateInProgress,
+		Version:  7,
+		Span:     2,
+		Kind:     "process",
+		Endpoint: "payment-service/charge",
+		Attempt:  3,
+		Payload:  []byte(`{"order":42,"amount":"12.50"}`),
+		Completed: []eventstore.CompletedSpan{
+			{Span: 0, Endpoint: "inventory-service/reserve", Compensable: true},
+			{Span: 1, Endpoint: "customer-service/lookup", Compensable: false},
+		},
+		Hints:       map[string]string{"reservation": "R-17", "currency": "EUR"},
+		Error:       "payment-service: timeout",
+		RestorePath: &eventstore.RecoveryPath{Day: time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC), MinuteOfDay: 189, InstanceID: "order-7f9c", Bucket: 3},
+		PausedUntil: base.Add(time.Hour),
+		CreatedAt:   base,
+		UpdatedAt:   base.Add(1500 * time.Millisecond),
+	}
+}
+
+func fullTryout(id string, index int) eventstore.Tryout {
+	return eventstore.Tryout{
+		TxID:          id,
+		Index:         index,
+		Span:          index / 2,
+		Kind:          "process",
+		Endpoint:      fmt.Sprintf("svc/endpoint-%d", index),
+		Attempt:       index%2 + 1,
+		Outcome:       "retryable",
+		Error:         fmt.Sprintf("attempt %d failed", index),
+		Before:        []byte(fmt.Sprintf("before-%d", index)),
+		After:         []byte(fmt.Sprintf("after-%d", index)),
+		ResumeContext: []byte(fmt.Sprintf("resume-%d", index)),
+		StartedAt:     base.Add(time.Duration(index) * time.Second),
+		FinishedAt:    base.Add(time.Duration(index)*time.Second + 250*time.Millisecond),
+	}
+}
+
+// canonTime compares instants only (not locations or monotonic readings).
+func canonTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return time.UnixMilli(t.UnixMilli()).UTC()
+}
+
+func canonTx(tx eventstore.Transaction) eventstore.Transaction {
+	tx.PausedUntil = canonTime(tx.PausedUntil)
+	tx.CreatedAt = canonTime(tx.CreatedAt)
+	tx.UpdatedAt = canonTime(tx.UpdatedAt)
+	if tx.RestorePath != nil {
+		p := *tx.RestorePath
+		p.Day = canonTime(p.Day)
+		tx.RestorePath = &p
+	}
+	return tx
+}
+
+func canonTryout(t eventstore.Tryout) eventstore.Tryout {
+	t.StartedAt = canonTime(t.StartedAt)
+	t.FinishedAt = canonTime(t.FinishedAt)
+	return t
+}
+
+func checkTx(t *testing.T, what string, got, want eventstore.Transaction) {
+	t.Helper()
+	g, w := canonTx(got), canonTx(want)
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("%s:\n got %+v\nwant %+v", what, describeTx(g), describeTx(w))
+	}
+}
+
+func describeTx(tx eventstore.Transaction) string {
+	rp := "<nil>"
+	if tx.RestorePath != nil {
+		rp = fmt.Sprintf("%+v", *tx.RestorePath)
+	}
+	return fmt.Sprintf("%+v RestorePath=%s", tx, rp)
+}
+
+func checkTryouts(t *testing.T, what string, got, want []eventstore.Tryout) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d tryouts, want %d: %+v", what, len(got), len(want), got)
+	}
+	for i := range got {
+		if g, w := canonTryout(got[i]), canonTryout(want[i]); !reflect.DeepEqual(g, w) {
+			t.Fatalf("%s: tryout %d:\n got %+v\nwant %+v", what, i, g, w)
+		}
+	}
+}
+
+func testTransactionRoundTrip(t *testing.T, e *env) {
+	ctx := t.Context()
+	tx := fullTx(e.scope, "tx-roundtrip")
+	first := fullTryout("tx-roundtrip", 0)
+	must(t, e.store.CreateTransaction(ctx, tx, &first), "CreateTransaction")
+	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+	must(t, err, "LoadTransaction")
+	checkTx(t, "loaded transaction", got, tx)
+	tries, err := e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts")
+	checkTryouts(t, "tryouts after create", tries, []eventstore.Tryout{first})
+
+	// A minimal saga: no optional field set.
+	min := eventstore.Transaction{Scope: e.scope, TxID: "tx-minimal", Domain: "d", State: eventstore.StateStarted, Version: 1}
+	must(t, e.store.CreateTransaction(ctx, min, nil), "CreateTransaction minimal")
+	got, err = e.store.LoadTransaction(ctx, e.scope, min.TxID)
+	must(t, err, "LoadTransaction minimal")
+	checkTx(t, "minimal transaction", got, min)
+	tries, err = e.store.Tryouts(ctx, e.scope, min.TxID)
+	must(t, err, "Tryouts minimal")
+	if len(tries) != 0 {
+		t.Fatalf("minimal saga has tryouts %+v", tries)
+	}
+}
+
+func testCreateExisting(t *testing.T, e *env) {
+	ctx := t.Context()
+	tx := fullTx(e.scope, "tx-dup")
+	must(t, e.store.CreateTransaction(ctx, tx, nil), "first CreateTransaction")
+	again := tx
+	again.Payload = []byte("other")
+	again.State = eventstore.StateStarted
+	tr := fullTryout(tx.TxID, 0)
+	mustIs(t, e.store.CreateTransaction(ctx, again, &tr), eventstore.ErrExists, "second CreateTransaction")
+	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+	must(t, err, "LoadTransaction")
+	checkTx(t, "transaction after refused create", got, tx)
+	tries, err := e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts")
+	if len(tries) != 0 {
+		t.Fatalf("refused create wrote tryouts %+v", tries)
+	}
+}
+
+func testLoadMissing(t *testing.T, e *env) {
+	ctx := t.Context()
+	_, err := e.store.LoadTransaction(ctx, e.scope, "tx-missing")
+	mustIs(t, err, eventstore.ErrNotFound, "LoadTransaction of a missing saga")
+	tries, err := e.store.Tryouts(ctx, e.scope, "tx-missing")
+	must(t, err, "Tryouts of a missing saga")
+	if len(tries) != 0 {
+		t.Fatalf("missing saga has tryouts %+v", tries)
+	}
+}
+
+func testTransitionOverwrites(t *testing.T, e *env) {
+	ctx := t.Context()
+	tx := fullTx(e.scope, "tx-transition")
+	must(t, e.store.CreateTransaction(ctx, tx, nil), "CreateTransaction")
+
+	next := tx
+	next.State = eventstore.StateCompensating
+	next.Version = 8
+	next.Span, next.Kind, next.Endpoint, next.Attempt = 1, "revert", "inventory-service/release", 0
+	next.Payload = []byte("p2")
+	next.Completed = next.Completed[:1]
+	next.Hints = map[string]string{"only": "one"}
+	next.Error = ""
+	next.RestorePath = nil
+	next.PausedUntil = time.Time{}
+	next.UpdatedAt = base.Add(time.Minute)
+	tr := fullTryout(tx.TxID, 1)
+	tr.TxID = "" // takes the saga's id
+	must(t, e.store.Transition(ctx, next, &tr), "Transition")
+
+	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+	must(t, err, "LoadTransaction")
+	checkTx(t, "transaction after transition clearing fields", got, next)
+	tries, err := e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts")
+	tr.TxID = tx.TxID
+	checkTryouts(t, "tryouts after transition", tries, []eventstore.Tryout{tr})
+
+	// Empty collections clear the stored ones.
+	last := next
+	last.Completed, last.Hints, last.Payload = nil, map[string]string{}, nil
+	last.Version = 9
+	must(t, e.store.Transition(ctx, last, nil), "Transition without tryout")
+	got, err = e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+	must(t, err, "LoadTransaction")
+	last.Hints = nil
+	checkTx(t, "transaction after transition emptying collections", got, last)
+	tries, err = e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts")
+	if len(tries) != 1 {
+		t.Fatalf("transition without tryout changed history: %+v", tries)
+	}
+}
+
+func testTryoutsOrdered(t *testing.T, e *env) {
+	ctx := t.Context()
+	tx := fullTx(e.scope, "tx-tryouts")
+	first := fullTryout(tx.TxID, 2)
+	must(t, e.store.CreateTransaction(ctx, tx, &first), "CreateTransaction")
+	for _, i := range []int{4, 0, 3, 1} {
+		tr := fullTryout(tx.TxID, i)
+		tx.Version++
+		must(t, e.store.Transition(ctx, tx, &tr), fmt.Sprintf("Transition with tryout %d", i))
+	}
+	want := make([]eventstore.Tryout, 5)
+	for i := range want {
+		want[i] = fullTryout(tx.TxID, i)
+	}
+	got, err := e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts")
+	checkTryouts(t, "tryouts in index order", got, want)
+
+	// Writing an index again overwrites it.
+	re := fullTryout(tx.TxID, 3)
+	re.Outcome, re.Error, re.After = "ok", "", []byte("final")
+	must(t, e.store.Transition(ctx, tx, &re), "Transition rewriting tryout 3")
+	want[3] = re
+	got, err = e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts")
+	checkTryouts(t, "tryouts after rewrite", got, want)
+
+	other := fullTryout("another-saga", 9)
+	mustIs(t, e.store.Transition(ctx, tx, &other), eventstore.ErrInvalid, "Transition with another saga's tryout")
+	got, err = e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts")
+	checkTryouts(t, "tryouts after refused transition", got, want)
+}
+
+func testScopeIsolation(t *testing.T, e *env) {
+	ctx := t.Context()
+	other := e.scope
+	other.Cluster = "other-cluster"
+	third := e.scope
+	third.Region = "other-region"
+	a, b := fullTx(e.scope, "tx-shared"), fullTx(other, "tx-shared")
+	b.Payload = []byte("b")
+	must(t, e.store.CreateTransaction(ctx, a, nil), "CreateTransaction a")
+	must(t, e.store.CreateTransaction(ctx, b, nil), "CreateTransaction b with the same id in another cluster")
+	got, err := e.store.LoadTransaction(ctx, other, "tx-shared")
+	must(t, err, "LoadTransaction b")
+	checkTx(t, "saga of the other cluster", got, b)
+	_, err = e.store.LoadTransaction(ctx, third, "tx-shared")
+	mustIs(t, err, eventstore.ErrNotFound, "LoadTransaction in a third scope")
+
+	ka := eventstore.MarkerKey{Scope: e.scope, TxID: "tx-shared", Span: 0, Kind: "process", Site: "orchestrator"}
+	kb := ka
+	kb.Scope = other
+	must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: ka, State: eventstore.MarkerCommitted, Owner: "a"}), "PutMarker a")
+	must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: kb, State: eventstore.MarkerCommitted, Owner: "b"}), "PutMarker b")
+	must(t, e.store.DeleteMarkers(ctx, e.scope, "tx-shared"), "DeleteMarkers a")
+	m, err := e.store.GetMarker(ctx, kb)
+	must(t, err, "GetMarker b after deleting a's markers")
+	if m.Owner != "b" {
+		t.Fatalf("marker of the other scope: owner %q, want b", m.Owner)
+	}
+
+	must(t, e.store.Freeze(ctx, a, "r"), "Freeze a")
+	fz, err := e.store.ListFrozen(ctx, other, 0)
+	must(t, err, "ListFrozen other")
+	if len(fz) != 0 {
+		t.Fatalf("frozen saga leaked into another scope: %+v", fz)
+	}
+}
+
+func testCopiesValues(t *testing.T, e *env) {
+	ctx := t.Context()
+	tx := fullTx(e.scope, "tx-alias")
+	want := fullTx(e.scope, "tx-alias")
+	tr := fullTryout(tx.TxID, 0)
+	must(t, e.store.CreateTransaction(ctx, tx, &tr), "CreateTransaction")
+	// Modify what was passed in.
+	tx.Payload[0] = 'X'
+	tx.Completed[0].Endpoint = "changed"
+	tx.Hints["reservation"] = "changed"
+	tx.RestorePath.Bucket = 99
+	tr.Before[0] = 'X'
+
+	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+	must(t, err, "LoadTransaction")
+	checkTx(t, "stored saga after the caller modified its input", got, want)
+	// Modify what came out.
+	got.Payload[0] = 'Y'
+	got.Completed[0].Endpoint = "changed"
+	got.Hints["reservation"] = "changed"
+	got.RestorePath.Bucket = 98
+	again, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+	must(t, err, "LoadTransaction again")
+	checkTx(t, "stored saga after the caller modified its output", again, want)
+
+	tries, err := e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts")
+	checkTryouts(t, "stored tryout after the caller modified its input", tries, []eventstore.Tryout{fullTryout(tx.TxID, 0)})
+	tries[0].After[0] = 'Z'
+	tries, err = e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts again")
+	checkTryouts(t, "stored tryout after the caller modified its output", tries, []eventstore.Tryout{fullTryout(tx.TxID, 0)})
+
+	k := eventstore.MarkerKey{Scope: e.scope, TxID: tx.TxID, Span: 0, Kind: "process", Site: "orchestrator"}
+	reply := []byte("reply")
+	must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", Reply: reply}), "PutMarker")
+	reply[0] = 'X'
+	m, err := e.store.GetMarker(ctx, k)
+	must(t, err, "GetMarker")
+	if string(m.Reply) != "reply" {
+		t.Fatalf("marker reply %q after the caller modified its input, want %q", m.Reply, "reply")
+	}
+	m.Reply[0] = 'Y'
+	m, err = e.store.GetMarker(ctx, k)
+	must(t, err, "GetMarker again")
+	if string(m.Reply) != "reply" {
+		t.Fatalf("marker reply %q after the caller modified its output, want %q", m.Reply, "reply")
+	}
+}
+
+func testNormalization(t *testing.T, e *env) {
+	ctx := t.Context()
+	zone := time.FixedZone("UTC+5:30", 5*3600+1800)
+	tx := eventstore.Transaction{
+		Scope: e.scope, TxID: "tx-norm", Domain: "d", State: eventstore.StateStarted, Version: 1,
+		Payload:     []byte{},
+		Completed:   []eventstore.CompletedSpan{},
+		Hints:       map[string]string{},
+		RestorePath: &eventstore.RecoveryPath{Day: time.Date(2026, 3, 15, 23, 59, 59, 0, time.UTC), MinuteOfDay: 0, InstanceID: "i", Bucket: 1},
+		CreatedAt:   time.Date(2026, 3, 14, 20, 0, 0, 123_456_789, zone),
+	}
+	must(t, e.store.CreateTransaction(ctx, tx, nil), "CreateTransaction")
+	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+	must(t, err, "LoadTransaction")
+	if got.Payload != nil || got.Completed != nil || got.Hints != nil {
+		t.Errorf("empty collections read back non-nil: payload %#v completed %#v hints %#v", got.Payload, got.Completed, got.Hints)
+	}
+	wantCreated := time.Date(2026, 3, 14, 14, 30, 0, 123_000_000, time.UTC)
+	if !got.CreatedAt.Equal(wantCreated) || got.CreatedAt.Location() != time.UTC {
+		t.Errorf("CreatedAt %v, want %v (UTC, milliseconds)", got.CreatedAt, wantCreated)
+	}
+	if !got.UpdatedAt.IsZero() || !got.PausedUntil.IsZero() {
+		t.Errorf("zero times read back as %v and %v", got.UpdatedAt, got.PausedUntil)
+	}
+	if got.RestorePath == nil || !got.RestorePath.Day.Equal(time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("RestorePath %+v, want the calendar day 2026-03-15", got.RestorePath)
+	}
+}
+
+func testValidation(t *testing.T, e *env) {
+	ctx := t.Context()
+	bad := e.scope
+	bad.Region = ""
+	_, err := e.store.LoadTransaction(ctx, bad, "tx")
+	mustIs(t, err, eventstore.ErrInvalid, "LoadTransaction with an empty region")
+	mustIs(t, e.store.CreateTransaction(ctx, eventstore.Transaction{Scope: e.scope}, nil), eventstore.ErrInvalid, "CreateTransaction with an empty id")
+	noService := e.scope
+	noService.Service = ""
+	mustIs(t, e.store.Transition(ctx, eventstore.Transaction{Scope: noService, TxID: "tx"}, nil), eventstore.ErrInvalid, "Transition with an empty service")
+	_, _, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: eventstore.MarkerKey{Scope: e.scope, TxID: "tx", Kind: "process"}}, time.Second)
+	mustIs(t, err, eventstore.ErrInvalid, "InsertMarker with an empty site")
+	_, _, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: eventstore.MarkerKey{Scope: e.scope, TxID: "tx", Kind: "process", Site: "s"}}, -time.Second)
+	mustIs(t, err, eventstore.ErrInvalid, "InsertMarker with a negative lease")
+	p := eventstore.RecoveryPath{Day: base, MinuteOfDay: eventstore.MinutesPerDay, InstanceID: "i", Bucket: 0}
+	mustIs(t, e.store.RegisterRecovery(ctx, e.scope, eventstore.RecoveryEntry{RecoveryPath: p, TxID: "tx"}), eventstore.ErrInvalid, "RegisterRecovery at minute 1440")
+	p.MinuteOfDay, p.Bucket = 0, -1
+	mustIs(t, e.store.RegisterRecovery(ctx, e.scope, eventstore.RecoveryEntry{RecoveryPath: p, TxID: "tx"}), eventstore.ErrInvalid, "RegisterRecovery in bucket -1")
+	p.Bucket, p.InstanceID = 0, ""
+	mustIs(t, e.store.PutDirectoryPath(ctx, e.scope, p, 0), eventstore.ErrInvalid, "PutDirectoryPath without instance")
+	_, err = e.store.ListWindows(ctx, bad, base)
+	mustIs(t, err, eventstore.ErrInvalid, "ListWindows with an empty region")
+	_, err = e.store.ListDays(ctx, e.scope, base.AddDate(-(eventstore.MaxListDaysYears + 1), 0, 0), base)
+	mustIs(t, err, eventstore.ErrInvalid, "ListDays over too many years")
+}
+
+func testFrozen(t *testing.T, e *env) {
+	ctx := t.Context()
+	for _, id := range []string{"tx-b", "tx-a", "tx-c"} {
+		tx := fullTx(e.scope, id)
+		must(t, e.store.CreateTransaction(ctx, tx, nil), "CreateTransaction "+id)
+		must(t, e.store.Freeze(ctx, tx, "terminated: "+id), "Freeze "+id)
+	}
+	list, err := e.store.ListFrozen(ctx, e.scope, 0)
+	must(t, err, "ListFrozen")
+	if ids := frozenIDs(list); fmt.Sprint(ids) != "[tx-a tx-b tx-c]" {
+		t.Fatalf("ListFrozen ids %v, want [tx-a tx-b tx-c]", ids)
+	}
+	for _, f := range list {
+		checkTx(t, "frozen copy of "+f.TxID, f.Transaction, fullTx(e.scope, f.TxID))
+		if f.Reason != "terminated: "+f.TxID {
+			t.Errorf("frozen %s reason %q", f.TxID, f.Reason)
+		}
+		if f.FrozenAt.IsZero() {
+			t.Errorf("frozen %s has no FrozenAt", f.TxID)
+		}
+	}
+	list, err = e.store.ListFrozen(ctx, e.scope, 2)
+	must(t, err, "ListFrozen limit 2")
+	if ids := frozenIDs(list); fmt.Sprint(ids) != "[tx-a tx-b]" {
+		t.Fatalf("ListFrozen limit 2: %v", ids)
+	}
+	list, err = e.store.ListFrozenAfter(ctx, e.scope, "tx-b", 10)
+	must(t, err, "ListFrozenAfter tx-b")
+	if ids := frozenIDs(list); fmt.Sprint(ids) != "[tx-c]" {
+		t.Fatalf("ListFrozenAfter tx-b: %v", ids)
+	}
+	f, err := e.store.GetFrozen(ctx, e.scope, "tx-b")
+	must(t, err, "GetFrozen")
+	checkTx(t, "GetFrozen", f.Transaction, fullTx(e.scope, "tx-b"))
+
+	must(t, e.store.Unfreeze(ctx, e.scope, "tx-b"), "Unfreeze")
+	must(t, e.store.Unfreeze(ctx, e.scope, "tx-b"), "Unfreeze twice")
+	_, err = e.store.GetFrozen(ctx, e.scope, "tx-b")
+	mustIs(t, err, eventstore.ErrNotFound, "GetFrozen after Unfreeze")
+	list, err = e.store.ListFrozen(ctx, e.scope, 0)
+	must(t, err, "ListFrozen after Unfreeze")
+	if ids := frozenIDs(list); fmt.Sprint(ids) != "[tx-a tx-c]" {
+		t.Fatalf("ListFrozen after Unfreeze: %v", ids)
+	}
+	if _, err := e.store.LoadTransaction(ctx, e.scope, "tx-b"); err != nil {
+		t.Fatalf("unfrozen saga not loadable: %v", err)
+	}
+}
+
+func frozenIDs(list []eventstore.FrozenTransaction) []string {
+	ids := make([]string, len(list))
+	for i, f := range list {
+		ids[i] = f.TxID
+	}
+	return ids
+}
+
+func testCanceledContext(t *testing.T, e *env) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := e.store.LoadTransaction(ctx, e.scope, "tx")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("LoadTransaction with a canceled context: %v, want context.Canceled", err)
+	}
+	err = e.store.Transition(ctx, fullTx(e.scope, "tx"), nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Transition with a canceled context: %v, want context.Canceled", err)
+	}
+}
+
+func testClose(t *testing.T, e *env) {
+	ctx := t.Context()
+	must(t, e.store.CreateTransaction(ctx, fullTx(e.scope, "tx-close"), nil), "CreateTransaction")
+	must(t, e.store.Close(), "Close")
+	must(t, e.store.Close(), "Close twice")
+	_, err := e.store.LoadTransaction(ctx, e.scope, "tx-close")
+	mustIs(t, err, eventstore.ErrClosed, "LoadTransaction after Close")
+	_, _, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: eventstore.MarkerKey{Scope: e.scope, TxID: "tx-close", Kind: "process", Site: "s"}}, time.Second)
+	mustIs(t, err, eventstore.ErrClosed, "InsertMarker after Close")
+}
