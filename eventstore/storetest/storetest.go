@@ -10,7 +10,6 @@
 package storetest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -53,7 +52,6 @@ type env struct {
 	f     Features
 }
 
-func (e *env) ctx(t *testing.T) context.Context { return t.Context() }
 
 // wait lets d pass on the store's clock (virtual or real).
 func (e *env) advance(d time.Duration) bool {

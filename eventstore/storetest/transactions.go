@@ -124,12 +124,12 @@ func testTransactionRoundTrip(t *testing.T, e *env) {
 	checkTryouts(t, "tryouts after create", tries, []eventstore.Tryout{first})
 
 	// A minimal saga: no optional field set.
-	min := eventstore.Transaction{Scope: e.scope, TxID: "tx-minimal", Domain: "d", State: eventstore.StateStarted, Version: 1}
-	must(t, e.store.CreateTransaction(ctx, min, nil), "CreateTransaction minimal")
-	got, err = e.store.LoadTransaction(ctx, e.scope, min.TxID)
+	small := eventstore.Transaction{Scope: e.scope, TxID: "tx-minimal", Domain: "d", State: eventstore.StateStarted, Version: 1}
+	must(t, e.store.CreateTransaction(ctx, small, nil), "CreateTransaction minimal")
+	got, err = e.store.LoadTransaction(ctx, e.scope, small.TxID)
 	must(t, err, "LoadTransaction minimal")
-	checkTx(t, "minimal transaction", got, min)
-	tries, err = e.store.Tryouts(ctx, e.scope, min.TxID)
+	checkTx(t, "minimal transaction", got, small)
+	tries, err = e.store.Tryouts(ctx, e.scope, small.TxID)
 	must(t, err, "Tryouts minimal")
 	if len(tries) != 0 {
 		t.Fatalf("minimal saga has tryouts %+v", tries)
@@ -381,7 +381,7 @@ func testValidation(t *testing.T, e *env) {
 	mustIs(t, e.store.PutDirectoryPath(ctx, e.scope, p, 0), eventstore.ErrInvalid, "PutDirectoryPath without instance")
 	_, err = e.store.ListWindows(ctx, bad, base)
 	mustIs(t, err, eventstore.ErrInvalid, "ListWindows with an empty region")
-	_, err = e.store.ListDays(ctx, e.scope, base.AddDate(-(eventstore.MaxListDaysYears + 1), 0, 0), base)
+	_, err = e.store.ListDays(ctx, e.scope, base.AddDate(-(eventstore.MaxListDaysYears+1), 0, 0), base)
 	mustIs(t, err, eventstore.ErrInvalid, "ListDays over too many years")
 }
 
