@@ -1,0 +1,288 @@
+// Package testenv gives integration tests the real Kafka and Cassandra they
+// run against, and fresh names so that tests never share state.
+//
+// Endpoints are found in this order:
+//
+//  1. KAFKA_BROKERS / CASSANDRA_HOSTS (comma-separated host:port lists), as
+//     exported by `scripts/services env` or set for a docker compose setup.
+//     The first test that asks checks that the endpoint accepts connections
+//     and fails with a hint when it does not.
+//  2. Otherwise, when a Docker engine answers, testcontainers-go starts the
+//     server (once per test binary; containers are reused by name across the
+//     packages of one `go test` run and reaped when it ends).
+//  3. Otherwise the test is skipped, unless STACKSAGA_REQUIRE_SERVICES=1,
+//     which makes it fail with instructions instead (`make test` and CI set
+//     it, so nothing silently skips there).
+//
+// Typical use:
+//
+//	func TestSomething(t *testing.T) {
+//		brokers := testenv.KafkaBrokers(t)
+//		hosts, keyspace := testenv.CassandraKeyspace(t)
+//		topic := testenv.UniqueName(t, "orders")
+//		...
+//	}
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+)
+
+// Environment variables read by this package.
+const (
+	// EnvKafkaBrokers lists Kafka bootstrap brokers, e.g. "127.0.0.1:9092".
+	EnvKafkaBrokers = "KAFKA_BROKERS"
+	// EnvCassandraHosts lists Cassandra contact points, e.g. "127.0.0.1:9042".
+	EnvCassandraHosts = "CASSANDRA_HOSTS"
+	// EnvRequireServices, when "1" (or "true"), turns every would-be skip
+	// into a failure.
+	EnvRequireServices = "STACKSAGA_REQUIRE_SERVICES"
+)
+
+// howToStart is appended to every "services missing" message.
+const howToStart = "start Kafka and Cassandra with `make services-up` (or `docker compose up -d`) " +
+	"and export their endpoints with `eval \"$(scripts/services env)\"`, or run everything with `make test`"
+
+// errNotConfigured reports that neither the environment nor Docker provides a service.
+var errNotConfigured = errors.New("testenv: service not configured")
+
+// service resolves one server's endpoints once per test binary.
+type service struct {
+	name   string // "Kafka" or "Cassandra"
+	envVar string
+	start  func(ctx context.Context) ([]string, error) // Docker branch
+
+	once   sync.Once
+	addrs  []string
+	source string
+	err    error
+}
+
+var (
+	kafka = &service{name: "Kafka", envVar: EnvKafkaBrokers, start: startKafkaContainer}
+	cass  = &service{name: "Cassandra", envVar: EnvCassandraHosts, start: startCassandraContainer}
+)
+
+func (s *service) resolve() {
+	if v := strings.TrimSpace(os.Getenv(s.envVar)); v != "" {
+		s.source = s.envVar
+		s.addrs, s.err = parseAddrs(v)
+		if s.err == nil {
+			s.err = checkReachable(s.addrs, 5*time.Second)
+		}
+		if s.err != nil {
+			s.err = fmt.Errorf("testenv: %s=%q: %w; %s", s.envVar, v, s.err, howToStart)
+		}
+		return
+	}
+	if !dockerAnswers() {
+		s.err = errNotConfigured
+		return
+	}
+	s.source = "testcontainers"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s.addrs, s.err = s.start(ctx)
+	if s.err != nil {
+		s.err = fmt.Errorf("testenv: starting %s with testcontainers-go: %w", s.name, s.err)
+	}
+}
+
+// get returns the endpoints, or skips/fails t.
+func (s *service) get(t testing.TB) []string {
+	t.Helper()
+	s.once.Do(s.resolve)
+	switch {
+	case errors.Is(s.err, errNotConfigured):
+		missing(t, s.name, s.envVar)
+		return nil
+	case s.err != nil:
+		t.Fatal(s.err)
+		return nil
+	}
+	return append([]string(nil), s.addrs...)
+}
+
+// missing skips t, or fails it when services are required.
+func missing(t testing.TB, name, envVar string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("testenv: %s is required (%s=1) but %s is not set and no Docker engine answers: %s",
+			name, EnvRequireServices, envVar, howToStart)
+		return
+	}
+	t.Skipf("testenv: skipping: %s is not set and no Docker engine answers (%s)", envVar, howToStart)
+}
+
+// Required reports whether STACKSAGA_REQUIRE_SERVICES asks for real services,
+// in which case a missing service fails the test instead of skipping it.
+func Required() bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(EnvRequireServices))) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
+}
+
+// KafkaBrokers returns the bootstrap brokers of a real Kafka cluster
+// (KAFKA_BROKERS, else a container), or skips t; see the package comment.
+func KafkaBrokers(t testing.TB) []string {
+	t.Helper()
+	return kafka.get(t)
+}
+
+// CassandraHosts returns "host:port" contact points of a real Cassandra
+// cluster (CASSANDRA_HOSTS, else a container), or skips t; see the package
+// comment. The strings can be passed to gocql.NewCluster as they are.
+func CassandraHosts(t testing.TB) []string {
+	t.Helper()
+	return cass.get(t)
+}
+
+// CassandraKeyspace creates a fresh keyspace (SimpleStrategy, replication
+// factor 1) for t, drops it when t ends, and returns the contact points and
+// the keyspace name. It keeps no session open between those two moments, so
+// goroutine-leak checks in the caller's tests stay clean.
+func CassandraKeyspace(t testing.TB) (hosts []string, keyspace string) {
+	t.Helper()
+	hosts = CassandraHosts(t)
+	if hosts == nil {
+		return nil, ""
+	}
+	keyspace = UniqueName(t, "ks")
+	stmt := "CREATE KEYSPACE " + keyspace +
+		" WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}"
+	if err := execDDL(hosts, stmt); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := execDDL(hosts, "DROP KEYSPACE IF EXISTS "+keyspace); err != nil {
+			t.Errorf("testenv: drop keyspace %s: %v", keyspace, err)
+		}
+	})
+	return hosts, keyspace
+}
+
+// execDDL runs one schema statement in a short-lived session.
+func execDDL(hosts []string, stmt string) error {
+	cluster := gocql.NewCluster(hosts...)
+	cluster.Consistency = gocql.One
+	cluster.Timeout = 60 * time.Second // schema changes on a loaded CI box
+	cluster.ConnectTimeout = 10 * time.Second
+	cluster.Logger = gocql.NewLogger(gocql.LogLevelNone)
+	session, err := cluster.CreateSession()
+	if err != nil {
+		return fmt.Errorf("testenv: cassandra session on %v: %w", hosts, err)
+	}
+	defer session.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := session.Query(stmt).WithContext(ctx).Exec(); err != nil {
+		return fmt.Errorf("testenv: %s: %w", stmt, err)
+	}
+	return nil
+}
+
+// maxNameLen keeps names valid as Cassandra keyspace and table names (48).
+const maxNameLen = 48
+
+// UniqueName returns a name that is unique per call, made of the lowercase
+// letters, digits and underscores of prefix and of t's name, at most 48
+// characters long and starting with a letter: valid as a Cassandra keyspace
+// or table name and as a Kafka topic, group or transactional id.
+func UniqueName(t testing.TB, prefix string) string {
+	t.Helper()
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("testenv: random name suffix: %v", err)
+	}
+	return uniqueName(prefix, t.Name(), hex.EncodeToString(b[:]))
+}
+
+func uniqueName(prefix, testName, suffix string) string {
+	p := sanitize(prefix)
+	if len(p) > 16 {
+		p = p[:16]
+	}
+	if p == "" || p[0] < 'a' || p[0] > 'z' {
+		p = "t" + p
+	}
+	name := sanitize(testName)
+	if room := maxNameLen - len(p) - len(suffix) - 2; len(name) > room {
+		// Keep the end (the most specific part of a subtest path), starting
+		// at a word boundary when there is one.
+		cut := name[len(name)-room:]
+		if i := strings.IndexByte(cut, '_'); i >= 0 && name[len(name)-room-1] != '_' {
+			cut = cut[i+1:]
+		}
+		name = strings.TrimLeft(cut, "_")
+	}
+	parts := []string{p}
+	if name != "" {
+		parts = append(parts, name)
+	}
+	return strings.Join(append(parts, suffix), "_")
+}
+
+// sanitize lowercases s and turns every run of other characters into one "_".
+func sanitize(s string) string {
+	var b strings.Builder
+	underscore := false
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			underscore = false
+			continue
+		}
+		if !underscore && b.Len() > 0 {
+			b.WriteByte('_')
+			underscore = true
+		}
+	}
+	return strings.TrimRight(b.String(), "_")
+}
+
+// parseAddrs splits a comma-separated host:port list.
+func parseAddrs(v string) ([]string, error) {
+	var addrs []string
+	for _, a := range strings.Split(v, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("testenv: address %q is not host:port: %w", a, err)
+		}
+		addrs = append(addrs, a)
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("testenv: no address listed")
+	}
+	return addrs, nil
+}
+
+// checkReachable makes sure at least one address accepts TCP connections.
+func checkReachable(addrs []string, timeout time.Duration) error {
+	var errs []error
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, timeout)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("testenv: nothing accepts connections: %w", errors.Join(errs...))
+}
