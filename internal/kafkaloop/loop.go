@@ -121,7 +121,9 @@ func processBatch(ctx context.Context, recs []*kgo.Record, h Handler, sem chan s
 	}
 	done := make([]bool, len(recs))
 	// Handlers run to completion even when ctx ends: a shutdown finishes
-	// in-flight work instead of abandoning it half way.
+	// in-flight work instead of abandoning it half way. Records not yet
+	// started when ctx ends are left unmarked, for the next owner of the
+	// partition.
 	hctx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for _, g := range order {
@@ -131,7 +133,7 @@ func processBatch(ctx context.Context, recs []*kgo.Record, h Handler, sem chan s
 			defer wg.Done()
 			defer func() { <-sem }()
 			for _, i := range g.idx {
-				if !runOne(ctx, hctx, recs[i], h, o) {
+				if ctx.Err() != nil || !runOne(ctx, hctx, recs[i], h, o) {
 					return
 				}
 				done[i] = true

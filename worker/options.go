@@ -1,0 +1,114 @@
+package worker
+
+import (
+	"log/slog"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// Defaults of the options.
+const (
+	// DefaultConcurrency bounds the commands handled at once.
+	DefaultConcurrency = 64
+	// DefaultMaxRecordBytes is the largest command record (key plus value)
+	// a worker handles; larger ones are dead-lettered.
+	DefaultMaxRecordBytes = 1 << 20
+)
+
+// Option configures a Worker.
+type Option interface {
+	apply(*config)
+}
+
+type option func(*config)
+
+func (o option) apply(c *config) { o(c) }
+
+type config struct {
+	brokers        []string
+	kopts          []kgo.Opt
+	logger         *slog.Logger
+	concurrency    int
+	maxRecordBytes int
+	group          string
+	provision      topics.Provision
+	noProvision    bool
+	guard          Guard
+	region         string
+	cluster        string
+}
+
+// WithBrokers sets the seed brokers, overriding kgo's default
+// (127.0.0.1:9092). A kgo.SeedBrokers passed with WithKafkaOpts wins over
+// this option.
+func WithBrokers(brokers ...string) Option {
+	return option(func(c *config) { c.brokers = append([]string(nil), brokers...) })
+}
+
+// WithKafkaOpts adds kgo client options (TLS, SASL, a test's hooks...),
+// applied after the worker's own, so they override them. The default is
+// none. Do not override OnPartitionsRevoked (the worker commits there) or
+// OnPartitionsAssigned (Running depends on it).
+func WithKafkaOpts(opts ...kgo.Opt) Option {
+	return option(func(c *config) { c.kopts = append(c.kopts, opts...) })
+}
+
+// WithLogger sets the logger, overriding slog.Default(). The worker logs
+// dead letters at Warn and panics at Error, never a record at Info.
+func WithLogger(l *slog.Logger) Option {
+	return option(func(c *config) { c.logger = l })
+}
+
+// WithConcurrency bounds the commands handled at once, overriding
+// DefaultConcurrency (64). Commands of one transaction (one record key)
+// always run one after the other.
+func WithConcurrency(n int) Option {
+	return option(func(c *config) { c.concurrency = n })
+}
+
+// WithMaxRecordBytes sets the largest command record (key plus value) the
+// worker handles, overriding DefaultMaxRecordBytes (1 MiB). Larger records
+// go to the dead-letter topic.
+func WithMaxRecordBytes(n int) Option {
+	return option(func(c *config) { c.maxRecordBytes = n })
+}
+
+// WithGroup sets the consumer group, overriding "stacksaga.<service>.worker".
+// Every instance of a service must use the same group.
+func WithGroup(id string) Option {
+	return option(func(c *config) { c.group = id })
+}
+
+// WithProvision sets how Run creates the command topic and its dead-letter
+// topic if they are missing, overriding topics.Provision{} (8 partitions,
+// the broker's default replication factor).
+func WithProvision(p topics.Provision) Option {
+	return option(func(c *config) { c.provision = p; c.noProvision = false })
+}
+
+// WithoutProvision makes Run use the topics as they are instead of
+// creating missing ones (the default is to create them), for clusters whose
+// topics are managed elsewhere.
+func WithoutProvision() Option {
+	return option(func(c *config) { c.noProvision = true })
+}
+
+// WithGuard wraps every command's execution in g (the write-protection
+// layer), overriding the default, which runs the command as is.
+func WithGuard(g Guard) Option {
+	return option(func(c *config) { c.guard = g })
+}
+
+// WithRegion names the region this worker runs in (default ""), used in
+// logs and available to guards through Region.
+func WithRegion(region string) Option {
+	return option(func(c *config) { c.region = region })
+}
+
+// WithCluster names the virtual cluster this worker runs in (default ""),
+// used in logs and available to guards through Cluster.
+func WithCluster(cluster string) Option {
+	return option(func(c *config) { c.cluster = cluster })
+}

@@ -1,0 +1,487 @@
+// Package worker runs the saga steps of a service: it registers typed
+// endpoints (a forward action and an optional compensation), consumes the
+// service's command topic with at-least-once semantics, runs each command's
+// handler (through a Guard, the write-protection layer) and replies to the
+// saga's callback topic. Records that can never be handled go to the
+// dead-letter topic with the reason, and the worker goes on.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// Dead-letter reasons: the reason header of a dead-lettered command starts
+// with one of them, followed by ": " and details.
+const (
+	// ReasonUndecodable: the record is not a valid envelope.
+	ReasonUndecodable = "undecodable"
+	// ReasonOversize: the record is larger than WithMaxRecordBytes.
+	ReasonOversize = "oversize"
+	// ReasonNotCommand: the envelope is a reply, not a command.
+	ReasonNotCommand = "not-a-command"
+	// ReasonNoReplyTo: the command names no callback topic.
+	ReasonNoReplyTo = "no-reply-to"
+	// ReasonUnknownEndpoint: no endpoint of that name is registered.
+	ReasonUnknownEndpoint = "unknown-endpoint"
+)
+
+// shutdownGrace bounds how long a reply produced during shutdown may wait
+// for Kafka.
+const shutdownGrace = 15 * time.Second
+
+const (
+	stateNew = iota
+	stateRunning
+	stateDone
+	stateClosed
+)
+
+// Stats counts what a worker did since it was made.
+type Stats struct {
+	// Processed counts the commands handled and replied to, whatever the
+	// outcome (a reply the Guard suppressed counts too).
+	Processed uint64
+	// DeadLettered counts the records sent to the dead-letter topic.
+	DeadLettered uint64
+	// Panics counts handler panics (each also counted in Processed).
+	Panics uint64
+}
+
+// Worker consumes the command topic of one service and runs the registered
+// endpoints. Make one with New, add endpoints with Register, then call Run.
+type Worker struct {
+	service string
+	topic   string
+	dlt     string
+	cfg     config
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	state     int
+	endpoints map[string]endpoint // read-only once Run has started
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when Run returns
+
+	running     chan struct{}
+	runningOnce sync.Once
+
+	// pending keeps the encoded replies whose produce failed, so a retry of
+	// the same record re-sends the reply instead of running the handler
+	// again. pendingN guards the hot path from the map lookup.
+	pending  sync.Map // recordID -> *kgo.Record
+	pendingN atomic.Int64
+
+	processed    atomic.Uint64
+	deadLettered atomic.Uint64
+	panics       atomic.Uint64
+}
+
+type recordID struct {
+	partition int32
+	offset    int64
+}
+
+// New makes a worker for service, whose commands arrive on
+// topics.CommandTopic(service).
+func New(service string, opts ...Option) (*Worker, error) {
+	if err := topics.ValidName(service); err != nil {
+		return nil, fmt.Errorf("worker: service: %w", err)
+	}
+	cfg := config{
+		logger:         slog.Default(),
+		concurrency:    DefaultConcurrency,
+		maxRecordBytes: DefaultMaxRecordBytes,
+		group:          topics.Prefix + "." + service + ".worker",
+		guard:          passThrough{},
+	}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	var errs []error
+	if cfg.concurrency < 1 {
+		errs = append(errs, fmt.Errorf("worker: concurrency %d < 1", cfg.concurrency))
+	}
+	if cfg.maxRecordBytes < 1 {
+		errs = append(errs, fmt.Errorf("worker: max record bytes %d < 1", cfg.maxRecordBytes))
+	}
+	if cfg.group == "" {
+		errs = append(errs, errors.New("worker: empty group"))
+	}
+	if cfg.logger == nil {
+		errs = append(errs, errors.New("worker: nil logger"))
+	}
+	if cfg.guard == nil {
+		errs = append(errs, errors.New("worker: nil guard"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	topic := topics.CommandTopic(service)
+	return &Worker{
+		service:   service,
+		topic:     topic,
+		dlt:       topics.DeadLetterTopic(topic),
+		cfg:       cfg,
+		log:       cfg.logger.With("service", service, "region", cfg.region, "cluster", cfg.cluster),
+		endpoints: make(map[string]endpoint),
+		running:   make(chan struct{}),
+	}, nil
+}
+
+// Service returns the service name the worker was made for.
+func (w *Worker) Service() string { return w.service }
+
+// Region returns the region set with WithRegion.
+func (w *Worker) Region() string { return w.cfg.region }
+
+// Cluster returns the virtual cluster set with WithCluster.
+func (w *Worker) Cluster() string { return w.cfg.cluster }
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats {
+	return Stats{
+		Processed:    w.processed.Load(),
+		DeadLettered: w.deadLettered.Load(),
+		Panics:       w.panics.Load(),
+	}
+}
+
+// Running returns a channel closed once the worker's consumer has joined its
+// group and got its assignment (possibly empty, when there are more
+// instances than partitions). It stays open if Run fails before that.
+func (w *Worker) Running() <-chan struct{} { return w.running }
+
+// Run creates the command and dead-letter topics if they are missing
+// (unless WithoutProvision), joins the consumer group and handles commands
+// until ctx ends or Close is called. It then stops polling, lets the
+// handlers in flight finish and reply, commits, leaves the group, closes
+// its client and returns nil; no goroutine of it is left. A worker runs
+// once: a second Run returns ErrStarted, a Run after Close ErrClosed.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	switch w.state {
+	case stateClosed:
+		w.mu.Unlock()
+		return ErrClosed
+	case stateRunning, stateDone:
+		w.mu.Unlock()
+		return ErrStarted
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w.state = stateRunning
+	w.cancel = cancel
+	w.done = make(chan struct{})
+	w.mu.Unlock()
+	defer func() {
+		cancel()
+		w.mu.Lock()
+		if w.state == stateRunning {
+			w.state = stateDone
+		}
+		w.mu.Unlock()
+		close(w.done)
+	}()
+
+	if !w.cfg.noProvision {
+		if err := w.provision(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	cl, err := kgo.NewClient(w.clientOpts()...)
+	if err != nil {
+		return fmt.Errorf("worker: kafka client: %w", err)
+	}
+	defer cl.Close()
+
+	// Replies and dead letters of the handlers in flight at shutdown get
+	// shutdownGrace to become durable; after that (Kafka unreachable) their
+	// produce fails, the records stay uncommitted and Run returns.
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer pcancel()
+	var (
+		graceMu  sync.Mutex
+		grace    *time.Timer
+		returned bool
+	)
+	stopGrace := context.AfterFunc(ctx, func() {
+		graceMu.Lock()
+		defer graceMu.Unlock()
+		if !returned {
+			grace = time.AfterFunc(shutdownGrace, pcancel)
+		}
+	})
+	defer func() {
+		stopGrace()
+		graceMu.Lock()
+		returned = true
+		if grace != nil {
+			grace.Stop()
+		}
+		graceMu.Unlock()
+	}()
+
+	err = kafkaloop.Run(ctx, cl, func(hctx context.Context, r *kgo.Record) error {
+		return w.handle(hctx, pctx, cl, r)
+	}, kafkaloop.Options{Concurrency: w.cfg.concurrency, Logger: w.log})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}
+
+// Close stops a running Run and waits for it to return; a worker closed
+// before Run never runs. Close is safe to call more than once and from
+// several goroutines.
+func (w *Worker) Close() {
+	w.mu.Lock()
+	w.state = stateClosed
+	cancel, done := w.cancel, w.done
+	w.mu.Unlock()
+	if done != nil {
+		cancel()
+		<-done
+	}
+}
+
+func (w *Worker) baseOpts() []kgo.Opt {
+	var opts []kgo.Opt
+	if len(w.cfg.brokers) > 0 {
+		opts = append(opts, kgo.SeedBrokers(w.cfg.brokers...))
+	}
+	return append(opts, kgo.ClientID("stacksaga-worker-"+w.service))
+}
+
+func (w *Worker) clientOpts() []kgo.Opt {
+	opts := w.baseOpts()
+	opts = append(opts,
+		kgo.ConsumerGroup(w.cfg.group),
+		kgo.ConsumeTopics(w.topic),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
+			w.runningOnce.Do(func() { close(w.running) })
+		}),
+	)
+	opts = append(opts, kafkaloop.ClientOpts()...)
+	return append(opts, w.cfg.kopts...)
+}
+
+// provision creates the worker's topics with a short-lived client that has
+// no consumer (so the group does not join before the topic exists).
+func (w *Worker) provision(ctx context.Context) error {
+	opts := w.baseOpts()
+	for _, o := range w.cfg.kopts {
+		switch o.(type) {
+		case kgo.ConsumerOpt, kgo.GroupOpt:
+		default:
+			opts = append(opts, o)
+		}
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("worker: kafka client: %w", err)
+	}
+	defer cl.Close()
+	if err := topics.Ensure(ctx, kadm.NewClient(cl), []string{w.topic, w.dlt}, w.cfg.provision); err != nil {
+		return fmt.Errorf("worker: provision topics: %w", err)
+	}
+	return nil
+}
+
+// handle is the kafkaloop handler: it returns nil once the record's reply
+// (or dead letter) is durable.
+// Handlers run with hctx, which does not end at shutdown; produces use
+// pctx, which ends shutdownGrace after it.
+func (w *Worker) handle(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Record) error {
+	if w.pendingN.Load() > 0 {
+		id := recordID{r.Partition, r.Offset}
+		if v, ok := w.pending.Load(id); ok {
+			if err := w.produceReply(pctx, cl, v.(*kgo.Record)); err != nil {
+				return err
+			}
+			w.pending.Delete(id)
+			w.pendingN.Add(-1)
+			w.processed.Add(1)
+			return nil
+		}
+	}
+	if n := len(r.Key) + len(r.Value); n > w.cfg.maxRecordBytes {
+		return w.deadLetter(pctx, cl, r, fmt.Sprintf("%s: %d bytes > %d", ReasonOversize, n, w.cfg.maxRecordBytes))
+	}
+	cmd, err := topics.Decode(r.Value)
+	switch {
+	case err != nil:
+		return w.deadLetter(pctx, cl, r, ReasonUndecodable+": "+err.Error())
+	case cmd.Type != topics.TypeCommand:
+		return w.deadLetter(pctx, cl, r, fmt.Sprintf("%s: type %q", ReasonNotCommand, cmd.Type))
+	case cmd.ReplyTo == "":
+		return w.deadLetter(pctx, cl, r, ReasonNoReplyTo+": command of "+cmd.TxID+" names no callback topic")
+	}
+	ep, ok := w.endpoints[cmd.Endpoint]
+	if !ok {
+		return w.deadLetter(pctx, cl, r, fmt.Sprintf("%s: %q", ReasonUnknownEndpoint, cmd.Endpoint))
+	}
+
+	reply, err := w.cfg.guard.Execute(hctx, cmd, func(ctx context.Context) *topics.Envelope {
+		return w.execute(ctx, ep, cmd)
+	})
+	if err != nil {
+		return fmt.Errorf("worker: guard: %w", err)
+	}
+	if reply == nil {
+		w.processed.Add(1)
+		return nil
+	}
+	rec, err := w.replyRecord(r, cmd, reply)
+	if err != nil {
+		return err
+	}
+	if err := w.produceReply(pctx, cl, rec); err != nil {
+		if _, loaded := w.pending.LoadOrStore(recordID{r.Partition, r.Offset}, rec); !loaded {
+			w.pendingN.Add(1)
+		}
+		return err
+	}
+	w.processed.Add(1)
+	return nil
+}
+
+// execute runs the handler of cmd and builds the reply; a panic becomes a
+// non-retryable reply carrying the panic value and the stack.
+func (w *Worker) execute(ctx context.Context, ep endpoint, cmd *topics.Envelope) (reply *topics.Envelope) {
+	reply = &topics.Envelope{
+		Type:           topics.TypeReply,
+		Region:         cmd.Region,
+		Cluster:        cmd.Cluster,
+		Service:        cmd.Service,
+		Domain:         cmd.Domain,
+		TxID:           cmd.TxID,
+		Span:           cmd.Span,
+		Kind:           cmd.Kind,
+		Endpoint:       cmd.Endpoint,
+		IdempotencyKey: cmd.IdempotencyKey,
+		Attempt:        cmd.Attempt,
+		Trace:          cmd.Trace,
+	}
+	s := &Step{
+		TxID:           cmd.TxID,
+		Domain:         cmd.Domain,
+		Span:           cmd.Span,
+		Kind:           cmd.Kind,
+		Endpoint:       cmd.Endpoint,
+		Attempt:        cmd.Attempt,
+		IdempotencyKey: cmd.IdempotencyKey,
+		Trace:          cmd.Trace,
+		hints:          cmd.Hints,
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			w.panics.Add(1)
+			stack := debug.Stack()
+			w.log.Error("worker: handler panicked", "endpoint", cmd.Endpoint, "kind", cmd.Kind, "tx", cmd.TxID, "panic", v)
+			reply.Outcome = topics.OutcomeNonRetryable
+			reply.Error = fmt.Sprintf("worker: panic in endpoint %q (%s): %v\n\n%s", cmd.Endpoint, cmd.Kind, v, stack)
+			reply.Payload = cmd.Payload
+			reply.Hints = s.hints
+		}
+	}()
+	out, err := ep.run(ctx, s, cmd.Kind, cmd.Payload)
+	reply.Hints = s.hints
+	switch {
+	case err == nil:
+		reply.Outcome = topics.OutcomeOK
+		reply.Payload = out
+	case IsRetryable(err):
+		reply.Outcome = topics.OutcomeRetryable
+		reply.Error = err.Error()
+		reply.Payload = cmd.Payload
+	default:
+		reply.Outcome = topics.OutcomeNonRetryable
+		reply.Error = err.Error()
+		reply.Payload = cmd.Payload
+	}
+	return reply
+}
+
+// replyRecord encodes reply for cmd's callback topic, keyed by transaction
+// id.
+func (w *Worker) replyRecord(r *kgo.Record, cmd, reply *topics.Envelope) (*kgo.Record, error) {
+	reply.Type = topics.TypeReply
+	reply.ReplyTo = ""
+	reply.SentAt = time.Now()
+	b, err := topics.Encode(reply)
+	if err != nil {
+		return nil, fmt.Errorf("worker: encode reply: %w", err)
+	}
+	key := r.Key
+	if string(key) != cmd.TxID {
+		key = []byte(cmd.TxID)
+	}
+	return &kgo.Record{Topic: cmd.ReplyTo, Key: key, Value: b}, nil
+}
+
+// produceReply produces rec and waits until it is durable. A reply too
+// large for the producer or the broker is replaced by a non-retryable reply
+// without payload, so that the saga hears of it instead of the command
+// being retried forever.
+func (w *Worker) produceReply(ctx context.Context, cl *kgo.Client, rec *kgo.Record) error {
+	err := cl.ProduceSync(ctx, rec).FirstErr()
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge) {
+		return fmt.Errorf("worker: produce reply to %s: %w", rec.Topic, err)
+	}
+	reply, derr := topics.Decode(rec.Value)
+	if derr != nil {
+		return fmt.Errorf("worker: produce reply to %s: %w", rec.Topic, err)
+	}
+	size := len(rec.Value)
+	reply.Error = fmt.Sprintf("worker: reply of %d bytes too large to produce (%v); the handler's outcome was %s %s", size, err, reply.Outcome, reply.Error)
+	reply.Outcome = topics.OutcomeNonRetryable
+	reply.Payload = nil
+	b, eerr := topics.Encode(reply)
+	if eerr != nil {
+		return fmt.Errorf("worker: encode reply: %w", eerr)
+	}
+	small := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: b}
+	w.log.Warn("worker: reply too large, replying non-retryable", "tx", reply.TxID, "endpoint", reply.Endpoint, "bytes", size)
+	if err := cl.ProduceSync(ctx, small).FirstErr(); err != nil {
+		return fmt.Errorf("worker: produce reply to %s: %w", rec.Topic, err)
+	}
+	return nil
+}
+
+// deadLetter sends r to the dead-letter topic and waits until it is
+// durable. If the record is too large for the dead-letter topic it is sent
+// without its value, the reason saying so.
+func (w *Worker) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, reason string) error {
+	err := cl.ProduceSync(ctx, topics.DeadLetter(r, reason)).FirstErr()
+	if err != nil && (errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)) {
+		stripped := *r
+		stripped.Value = nil
+		reason = fmt.Sprintf("%s; value of %d bytes dropped: %v", reason, len(r.Value), err)
+		err = cl.ProduceSync(ctx, topics.DeadLetter(&stripped, reason)).FirstErr()
+	}
+	if err != nil {
+		return fmt.Errorf("worker: produce dead letter to %s: %w", w.dlt, err)
+	}
+	w.deadLettered.Add(1)
+	w.log.Warn("worker: dead-lettered a command record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+	return nil
+}
