@@ -122,7 +122,7 @@ func TestTokenMatchesCassandra(t *testing.T) {
 		"CREATE TABLE blob_keys (k blob PRIMARY KEY)",
 		"CREATE TABLE text_keys (k text PRIMARY KEY)",
 	} {
-		if err := s.Query(stmt).WithContext(ctx).Exec(); err != nil {
+		if err := s.Query(stmt).ExecContext(ctx); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
@@ -164,7 +164,7 @@ func TestTokenMatchesCassandra(t *testing.T) {
 	checked := 0
 	lengths := map[int]bool{}
 	compare := func(table string) {
-		iter := s.Query("SELECT k, token(k) FROM " + table).WithContext(ctx).PageSize(500).Iter()
+		iter := s.Query("SELECT k, token(k) FROM " + table).PageSize(500).IterContext(ctx)
 		var (
 			k   []byte
 			tok int64
@@ -185,7 +185,7 @@ func TestTokenMatchesCassandra(t *testing.T) {
 
 	// The empty key cannot be stored, but token() of a literal works.
 	var empty int64
-	if err := s.Query("SELECT token(0x) FROM blob_keys LIMIT 1").WithContext(ctx).Scan(&empty); err != nil {
+	if err := s.Query("SELECT token(0x) FROM blob_keys LIMIT 1").ScanContext(ctx, &empty); err != nil {
 		t.Fatalf("token(0x): %v", err)
 	}
 	if got := Token(nil); got != empty {
@@ -256,7 +256,7 @@ func insertAll(ctx context.Context, t *testing.T, s *gocql.Session, stmt string,
 	for range 8 {
 		wg.Go(func() {
 			for i := range next {
-				if err := s.Query(stmt, value(i)).WithContext(ctx).Exec(); err != nil {
+				if err := s.Query(stmt, value(i)).ExecContext(ctx); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = fmt.Errorf("%s [%x]: %w", stmt, value(i), err)

@@ -36,19 +36,19 @@ func TestCassandraSmoke(t *testing.T) {
 	defer cancel()
 
 	var version string
-	if err := s.Query("SELECT release_version FROM system.local").WithContext(ctx).Scan(&version); err != nil {
+	if err := s.Query("SELECT release_version FROM system.local").ScanContext(ctx, &version); err != nil {
 		t.Fatalf("release_version: %v", err)
 	}
 	t.Logf("Cassandra %s, keyspace %s", version, keyspace)
 
-	if err := s.Query(`CREATE TABLE lease (id text PRIMARY KEY, owner text)`).WithContext(ctx).Exec(); err != nil {
+	if err := s.Query(`CREATE TABLE lease (id text PRIMARY KEY, owner text)`).ExecContext(ctx); err != nil {
 		t.Fatalf("create table: %v", err)
 	}
 	insert := func(owner string) (bool, map[string]any) {
 		t.Helper()
 		existing := map[string]any{}
 		applied, err := s.Query(`INSERT INTO lease (id, owner) VALUES (?, ?) IF NOT EXISTS USING TTL 2`, "tx-1", owner).
-			WithContext(ctx).MapScanCAS(existing)
+			MapScanCASContext(ctx, existing)
 		if err != nil {
 			t.Fatalf("insert owner %s: %v", owner, err)
 		}
@@ -67,7 +67,7 @@ func TestCassandraSmoke(t *testing.T) {
 	}
 
 	var ttl int
-	if err := s.Query(`SELECT TTL(owner) FROM lease WHERE id = ?`, "tx-1").WithContext(ctx).Scan(&ttl); err != nil {
+	if err := s.Query(`SELECT TTL(owner) FROM lease WHERE id = ?`, "tx-1").ScanContext(ctx, &ttl); err != nil {
 		t.Fatalf("select ttl: %v", err)
 	}
 	if ttl < 1 || ttl > 2 {
@@ -78,7 +78,7 @@ func TestCassandraSmoke(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var n int
-		if err := s.Query(`SELECT COUNT(*) FROM lease WHERE id = ?`, "tx-1").WithContext(ctx).Scan(&n); err != nil {
+		if err := s.Query(`SELECT COUNT(*) FROM lease WHERE id = ?`, "tx-1").ScanContext(ctx, &n); err != nil {
 			t.Fatalf("count: %v", err)
 		}
 		if n == 0 {
@@ -94,7 +94,7 @@ func TestCassandraSmoke(t *testing.T) {
 		t.Fatalf("INSERT IF NOT EXISTS after expiry was not applied (existing %v)", existing)
 	}
 	var owner string
-	if err := s.Query(`SELECT owner FROM lease WHERE id = ?`, "tx-1").WithContext(ctx).Scan(&owner); err != nil || owner != "c" {
+	if err := s.Query(`SELECT owner FROM lease WHERE id = ?`, "tx-1").ScanContext(ctx, &owner); err != nil || owner != "c" {
 		t.Fatalf("owner after re-insert = %q, %v; want c", owner, err)
 	}
 }

@@ -189,7 +189,7 @@ func execDDL(hosts []string, stmt string) error {
 	defer session.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := session.Query(stmt).WithContext(ctx).Exec(); err != nil {
+	if err := session.Query(stmt).ExecContext(ctx); err != nil {
 		return fmt.Errorf("testenv: %s: %w", stmt, err)
 	}
 	return nil

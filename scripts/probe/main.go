@@ -108,7 +108,7 @@ func probeCassandra(ctx context.Context, addrs []string, timeout time.Duration) 
 	}
 	defer session.Close()
 	var version string
-	if err := session.Query("SELECT release_version FROM system.local").WithContext(ctx).Scan(&version); err != nil {
+	if err := session.Query("SELECT release_version FROM system.local").ScanContext(ctx, &version); err != nil {
 		return "", fmt.Errorf("probe: cql query: %w", err)
 	}
 	return "cassandra release_version " + version, nil
