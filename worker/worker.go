@@ -4,6 +4,19 @@
 // handler (through a Guard, the write-protection layer) and replies to the
 // saga's callback topic. Records that can never be handled go to the
 // dead-letter topic with the reason, and the worker goes on.
+//
+// Delivery is at-least-once: a command's offset is committed only after its
+// reply is durable, so a command may run again after a crash or a
+// rebalance; use Step.IdempotencyKey for side effects, or a Guard.
+//
+// Outcomes: a handler's nil error replies topics.OutcomeOK with the returned
+// entity as payload. An error wrapped with Retryable replies
+// topics.OutcomeRetryable (the saga is re-driven later), one wrapped with
+// NonRetryable replies topics.OutcomeNonRetryable (compensation starts, or
+// a compensation terminates the saga). An unwrapped error is non-retryable,
+// except one matching context.DeadlineExceeded, which is retryable (see
+// IsRetryable). A panic is caught and replied non-retryable with the panic
+// value and the stack. A failed reply carries the entity it was given.
 package worker
 
 import (

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
 	"sync"
@@ -649,3 +650,113 @@ func BenchmarkWorkerRoundTrip(b *testing.B) {
 	}
 	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "commands/s")
 }
+
+// A second instance joining the group mid-stream takes over partitions
+// (the first commits on revoke); every command gets a reply.
+func TestTwoWorkersShareTheLoad(t *testing.T) {
+	e := newKfake(t)
+	const n = 400
+	var byWorker [2]atomic.Int32
+	mk := func(i int) *worker.Worker {
+		w := e.newWorker()
+		if err := worker.Register(w, worker.Endpoint[Order]{
+			Name: "charge",
+			Process: func(_ context.Context, _ *worker.Step, o Order) (Order, error) {
+				byWorker[i].Add(1)
+				time.Sleep(200 * time.Microsecond)
+				return o, nil
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	e.start(mk(0))
+	var cmds []*topics.Envelope
+	for i := range n {
+		cmds = append(cmds, e.cmd(fmt.Sprintf("tx-s%04d", i), "charge", 0, topics.KindProcess, Order{ID: fmt.Sprint(i)}))
+	}
+	e.send(cmds[:n/2]...)
+	e.start(mk(1))
+	e.send(cmds[n/2:]...)
+	e.waitFor("a reply to every command", func(rs []*topics.Envelope, _ []*kgo.Record) bool {
+		seen := make(map[string]bool, n)
+		for _, r := range rs {
+			seen[r.TxID] = true
+		}
+		return len(seen) == n
+	})
+	if byWorker[1].Load() == 0 {
+		t.Errorf("the second worker handled nothing (first: %d)", byWorker[0].Load())
+	}
+}
+
+// A reply that cannot be produced (its callback topic is missing) keeps
+// the command uncommitted and retried; once the topic exists the recorded
+// reply is sent without running the handler again.
+func TestReplyRetriedWithoutRerunning(t *testing.T) {
+	e := newKfake(t)
+	var runs atomic.Int32
+	logs := &countingHandler{}
+	w := e.newWorker(worker.WithKafkaOpts(kgo.UnknownTopicRetries(0)), worker.WithLogger(slog.New(logs)))
+	if err := worker.Register(w, worker.Endpoint[Order]{
+		Name: "charge",
+		Process: func(_ context.Context, _ *worker.Step, o Order) (Order, error) {
+			runs.Add(1)
+			o.Charged = true
+			return o, nil
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.start(w)
+	late := "stacksaga.late.callback"
+	c := e.cmd("tx-late", "charge", 0, topics.KindProcess, Order{ID: "late"})
+	c.ReplyTo = late
+	e.send(c)
+	deadline := time.Now().Add(30 * time.Second)
+	for logs.retries.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed produce retried (handler ran %d times)", runs.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := w.Stats().Processed; got != 0 {
+		t.Fatalf("processed = %d before the callback topic exists", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := newAdminFor(t, e)
+	if err := topics.Ensure(ctx, adm, []string{late}, topics.Provision{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for w.Stats().Processed == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("reply never produced after the topic was created")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+	ends, err := adm.ListEndOffsets(ctx, late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup(late, 0); o.Offset != 1 {
+		t.Errorf("callback topic holds %d records, want 1", o.Offset)
+	}
+}
+
+// countingHandler counts the loop's "retrying" warnings.
+type countingHandler struct{ retries atomic.Int32 }
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "retrying") {
+		h.retries.Add(1)
+	}
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
