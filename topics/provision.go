@@ -133,7 +133,7 @@ func waitReady(ctx context.Context, adm *kadm.Client, names []string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %v (%v)", ErrNotReady, last, ctx.Err())
+			return fmt.Errorf("%w: %v: %w", ErrNotReady, last, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
