@@ -70,8 +70,8 @@ func OrchestratorTopics(domain string) []string {
 // and waits until every partition of every named topic has a leader. A topic
 // that already exists is left as it is (its partition count and configs are
 // not changed), so Ensure is idempotent and safe to call from every instance
-// at start. It returns an error wrapping ErrNotReady if ctx ends before the
-// topics are ready.
+// at start. If ctx ends after the topics were created but before they are
+// ready, the error wraps both ErrNotReady and ctx's error.
 func Ensure(ctx context.Context, adm *kadm.Client, names []string, cfg Provision) error {
 	if len(names) == 0 {
 		return nil
