@@ -134,13 +134,25 @@ func checkKey(scope eventstore.Scope, txID string) error {
 	return nil
 }
 
+func checkTx(tx eventstore.Transaction) error {
+	if err := checkKey(tx.Scope, tx.TxID); err != nil {
+		return err
+	}
+	if p := tx.RestorePath; p != nil {
+		if err := checkPath(tx.Scope, *p); err != nil {
+			return fmt.Errorf("%w (restore path)", err)
+		}
+	}
+	return nil
+}
+
 // CreateTransaction inserts a new saga row and its first tryout, if any; it
 // fails with eventstore.ErrExists if the id is taken.
 func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := checkKey(tx.Scope, tx.TxID); err != nil {
+	if err := checkTx(tx); err != nil {
 		return err
 	}
 	var tr eventstore.Tryout
@@ -189,7 +201,7 @@ func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryou
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := checkKey(tx.Scope, tx.TxID); err != nil {
+	if err := checkTx(tx); err != nil {
 		return err
 	}
 	var tr eventstore.Tryout
@@ -265,7 +277,7 @@ func (s *Store) Freeze(ctx context.Context, tx eventstore.Transaction, reason st
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := checkKey(tx.Scope, tx.TxID); err != nil {
+	if err := checkTx(tx); err != nil {
 		return err
 	}
 	f := eventstore.FrozenTransaction{Transaction: cloneTx(tx), Reason: reason, FrozenAt: normTime(s.now())}

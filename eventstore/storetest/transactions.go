@@ -379,6 +379,9 @@ func testValidation(t *testing.T, e *env) {
 	mustIs(t, e.store.RegisterRecovery(ctx, e.scope, eventstore.RecoveryEntry{RecoveryPath: p, TxID: "tx"}), eventstore.ErrInvalid, "RegisterRecovery in bucket -1")
 	p.Bucket, p.InstanceID = 0, ""
 	mustIs(t, e.store.PutDirectoryPath(ctx, e.scope, p, 0), eventstore.ErrInvalid, "PutDirectoryPath without instance")
+	badPath := fullTx(e.scope, "tx-bad-path")
+	badPath.RestorePath.InstanceID = ""
+	mustIs(t, e.store.CreateTransaction(ctx, badPath, nil), eventstore.ErrInvalid, "CreateTransaction with a restore path without instance")
 	_, err = e.store.ListWindows(ctx, bad, base)
 	mustIs(t, err, eventstore.ErrInvalid, "ListWindows with an empty region")
 	_, err = e.store.ListDays(ctx, e.scope, base.AddDate(-(eventstore.MaxListDaysYears+1), 0, 0), base)

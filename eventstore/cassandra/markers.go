@@ -1,0 +1,210 @@
+package cassandra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+)
+
+func checkMarkerKey(k eventstore.MarkerKey) error {
+	if err := checkKey(k.Scope, k.TxID); err != nil {
+		return err
+	}
+	if k.Kind == "" || k.Site == "" {
+		return fmt.Errorf("cassandra: %w: marker kind and site must be set", eventstore.ErrInvalid)
+	}
+	return nil
+}
+
+// ttlSeconds rounds a lease up to whole seconds (CQL TTLs are seconds).
+func ttlSeconds(lease time.Duration) int {
+	if lease <= 0 {
+		return 0
+	}
+	return int((lease + time.Second - 1) / time.Second)
+}
+
+func markerValues(m eventstore.Marker, leaseUntil, now time.Time) []any {
+	updated := m.UpdatedAt
+	if updated.IsZero() {
+		updated = now
+	}
+	return []any{
+		m.Region, m.Cluster, m.Service, m.TxID, m.Span, m.Kind, m.Site,
+		string(m.State), m.Owner, blob(m.Reply), ts(leaseUntil), ts(updated),
+	}
+}
+
+// InsertMarker inserts m with INSERT ... IF NOT EXISTS USING TTL (serial
+// consistency LOCAL_SERIAL by default). A refused insert reports the
+// existing marker from the LWT's answer, its remaining TTL from the
+// lease_until column, without a second read.
+func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (bool, eventstore.Marker, error) {
+	if err := s.check(ctx); err != nil {
+		return false, eventstore.Marker{}, err
+	}
+	if err := checkMarkerKey(m.MarkerKey); err != nil {
+		return false, eventstore.Marker{}, err
+	}
+	if lease < 0 {
+		return false, eventstore.Marker{}, fmt.Errorf("cassandra: %w: negative lease %v", eventstore.ErrInvalid, lease)
+	}
+	ttl := ttlSeconds(lease)
+	now := s.now()
+	var leaseUntil time.Time
+	if ttl > 0 {
+		leaseUntil = now.Add(time.Duration(ttl) * time.Second)
+	}
+	vals := append(markerValues(m, leaseUntil, now), ttl)
+	for attempt := 0; ; attempt++ {
+		prev := make(map[string]any)
+		applied, err := s.lwt(s.st.insertMarkerIfNotExists, vals...).MapScanCASContext(ctx, prev)
+		if err == nil {
+			if applied {
+				return true, eventstore.Marker{}, nil
+			}
+			existing := markerFromCAS(m.MarkerKey, prev, s.now())
+			if attempt > 0 && existing.Owner == m.Owner && existing.State == m.State {
+				// Our earlier attempt was applied before its answer was lost.
+				return true, eventstore.Marker{}, nil
+			}
+			return false, existing, nil
+		}
+		if !lwtRetryable(err) || attempt+1 >= s.lwtTries {
+			return false, eventstore.Marker{}, s.fail("insert marker", err)
+		}
+		s.log.DebugContext(ctx, "cassandra: marker LWT outcome unknown, retrying", "tx", m.TxID, "span", m.Span, "attempt", attempt+1, "err", err)
+		if err := backoff(ctx, attempt); err != nil {
+			return false, eventstore.Marker{}, s.fail("insert marker", err)
+		}
+	}
+}
+
+// markerFromCAS reads the existing row an IF NOT EXISTS returned.
+func markerFromCAS(k eventstore.MarkerKey, prev map[string]any, now time.Time) eventstore.Marker {
+	m := eventstore.Marker{MarkerKey: k}
+	if v, ok := prev["state"].(string); ok {
+		m.State = eventstore.MarkerState(v)
+	}
+	m.Owner, _ = prev["owner"].(string)
+	if v, ok := prev["reply"].([]byte); ok {
+		m.Reply = nilIfEmpty(v)
+	}
+	m.UpdatedAt, _ = prev["updated_at"].(time.Time)
+	if until, ok := prev["lease_until"].(time.Time); ok && !until.IsZero() {
+		// The row is alive, so its lease has at least a second left on the
+		// server's clock whatever ours says.
+		m.TTL = max(time.Second, (until.Sub(now)+time.Second-1)/time.Second*time.Second)
+	}
+	return m
+}
+
+// PutMarker writes m without TTL, replacing any lease.
+func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkMarkerKey(m.MarkerKey); err != nil {
+		return err
+	}
+	if err := s.write(s.st.putMarker, markerValues(m, time.Time{}, s.now())...).ExecContext(ctx); err != nil {
+		return s.fail("put marker", err)
+	}
+	return nil
+}
+
+func scanMarker(scan func(...any) error, scope eventstore.Scope, txID string) (eventstore.Marker, error) {
+	m := eventstore.Marker{MarkerKey: eventstore.MarkerKey{Scope: scope, TxID: txID}}
+	var state string
+	var ttl int
+	if err := scan(&m.Span, &m.Kind, &m.Site, &state, &m.Owner, &m.Reply, &m.UpdatedAt, &ttl); err != nil {
+		return eventstore.Marker{}, err
+	}
+	m.State = eventstore.MarkerState(state)
+	m.Reply = nilIfEmpty(m.Reply)
+	m.TTL = time.Duration(ttl) * time.Second
+	return m, nil
+}
+
+// GetMarker reads a live marker with its remaining TTL (TTL(state)).
+func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (eventstore.Marker, error) {
+	if err := s.check(ctx); err != nil {
+		return eventstore.Marker{}, err
+	}
+	if err := checkMarkerKey(key); err != nil {
+		return eventstore.Marker{}, err
+	}
+	q := s.read(s.st.selectMarker, key.Region, key.Cluster, key.Service, key.TxID, key.Span, key.Kind, key.Site)
+	m, err := scanMarker(func(dest ...any) error { return q.ScanContext(ctx, dest...) }, key.Scope, key.TxID)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return eventstore.Marker{}, fmt.Errorf("cassandra: marker %s/%d/%s/%s: %w", key.TxID, key.Span, key.Kind, key.Site, eventstore.ErrNotFound)
+	}
+	if err != nil {
+		return eventstore.Marker{}, s.fail("get marker", err)
+	}
+	return m, nil
+}
+
+// DeleteMarker deletes one marker row.
+func (s *Store) DeleteMarker(ctx context.Context, key eventstore.MarkerKey) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkMarkerKey(key); err != nil {
+		return err
+	}
+	if err := s.write(s.st.deleteMarker, key.Region, key.Cluster, key.Service, key.TxID, key.Span, key.Kind, key.Site).ExecContext(ctx); err != nil {
+		return s.fail("delete marker", err)
+	}
+	return nil
+}
+
+// DeleteMarkers removes every marker of a saga with one partition delete.
+func (s *Store) DeleteMarkers(ctx context.Context, scope eventstore.Scope, txID string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkKey(scope, txID); err != nil {
+		return err
+	}
+	if err := s.write(s.st.deleteMarkers, scope.Region, scope.Cluster, scope.Service, txID).ExecContext(ctx); err != nil {
+		return s.fail("delete markers", err)
+	}
+	return nil
+}
+
+// ListMarkers returns the live markers of a saga in clustering order
+// (span, kind, site).
+func (s *Store) ListMarkers(ctx context.Context, scope eventstore.Scope, txID string) ([]eventstore.Marker, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkKey(scope, txID); err != nil {
+		return nil, err
+	}
+	iter := s.read(s.st.selectMarkers, scope.Region, scope.Cluster, scope.Service, txID).IterContext(ctx)
+	var out []eventstore.Marker
+	for {
+		m, err := scanMarker(func(dest ...any) error {
+			if !iter.Scan(dest...) {
+				return errDone
+			}
+			return nil
+		}, scope, txID)
+		if err != nil {
+			break
+		}
+		out = append(out, m)
+	}
+	if err := iter.Close(); err != nil {
+		return nil, s.fail("list markers", err)
+	}
+	return out, nil
+}
+
+var errDone = errors.New("cassandra: no more rows")

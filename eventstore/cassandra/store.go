@@ -1,0 +1,614 @@
+// Package cassandra is the Cassandra eventstore.Store: the product's event
+// store (seed 000). It owns the CQL schema (schema.cql, embedded), its
+// configuration (the stacksaga.cassandra YAML keys), and a statement
+// counter for tests and benchmarks.
+//
+//	cfg, err := cassandra.LoadConfigFile("stacksaga.yaml")
+//	store, err := cassandra.New(ctx, cfg)
+//	defer store.Close()
+//
+// Every statement names a full partition key. Reads and writes use the
+// configured consistency (LOCAL_QUORUM by default), lightweight
+// transactions LOCAL_SERIAL. A saga transition writes its row and its
+// tryout in one single-partition batch.
+package cassandra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+)
+
+// Option configures New.
+type Option interface{ apply(*options) }
+
+type options struct {
+	logger      *slog.Logger
+	now         func() time.Time
+	lwtAttempts int
+}
+
+type optFunc func(*options)
+
+func (f optFunc) apply(o *options) { f(o) }
+
+// WithLogger sets the logger of the store and of the driver. Default
+// slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return optFunc(func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	})
+}
+
+// WithClock sets the clock for FrozenAt, marker UpdatedAt defaults and
+// lease ends. Default time.Now. (TTL expiry runs on Cassandra's clock.)
+func WithClock(now func() time.Time) Option {
+	return optFunc(func(o *options) {
+		if now != nil {
+			o.now = now
+		}
+	})
+}
+
+// WithLWTAttempts sets how many times a lightweight transaction is sent
+// when Cassandra answers with an unknown outcome (a CAS timeout under
+// contention). Default 5.
+func WithLWTAttempts(n int) Option {
+	return optFunc(func(o *options) {
+		if n > 0 {
+			o.lwtAttempts = n
+		}
+	})
+}
+
+// Store is the Cassandra event store. All methods are safe for concurrent
+// use.
+type Store struct {
+	session  *gocql.Session
+	st       statements
+	obs      *observer
+	log      *slog.Logger
+	now      func() time.Time
+	lwtTries int
+	readCL   gocql.Consistency
+	writeCL  gocql.Consistency
+	serialCL gocql.Consistency
+	closed   atomic.Bool
+	once     sync.Once
+}
+
+var _ eventstore.Store = (*Store)(nil)
+
+// New validates cfg (after filling defaults), applies the schema when
+// cfg.CreateSchema is set, and opens a session on cfg.Keyspace. An invalid
+// configuration fails with an error wrapping ErrInvalidConfig that names
+// each bad key.
+func New(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
+	o := options{logger: slog.Default(), now: time.Now, lwtAttempts: 5}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.CreateSchema {
+		if err := ApplySchemaWithConfig(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	obs := newObserver()
+	cl := cfg.cluster(obs, obs)
+	cl.Logger = slogLogger{o.logger}
+	session, err := createSession(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: connect to %v keyspace %s: %w", cfg.ContactPoints, cfg.Keyspace, err)
+	}
+	return &Store{
+		session:  session,
+		st:       newStatements(cfg.Keyspace),
+		obs:      obs,
+		log:      o.logger,
+		now:      o.now,
+		lwtTries: o.lwtAttempts,
+		readCL:   cfg.ReadConsistency.gocql(),
+		writeCL:  cfg.WriteConsistency.gocql(),
+		serialCL: cfg.SerialConsistency.gocql(),
+	}, nil
+}
+
+// createSession connects, giving up (and closing the late session) when
+// ctx ends first.
+func createSession(ctx context.Context, cl *gocql.ClusterConfig) (*gocql.Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	type result struct {
+		s   *gocql.Session
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := cl.CreateSession()
+		done <- result{s, err}
+	}()
+	select {
+	case r := <-done:
+		return r.s, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.s != nil {
+				r.s.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// Close closes the session; it is safe to call twice.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		s.closed.Store(true)
+		s.session.Close()
+	})
+	return nil
+}
+
+// Stats returns a snapshot of the statements sent so far (since the last
+// ResetStats).
+func (s *Store) Stats() Stats { return s.obs.snapshot() }
+
+// ResetStats sets every statement counter to zero.
+func (s *Store) ResetStats() { s.obs.reset() }
+
+// check reports a closed store or an ended context before a request.
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("cassandra: %w", eventstore.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cassandra: %w", err)
+	}
+	return nil
+}
+
+// fail wraps a driver error; a closed session becomes ErrClosed.
+func (s *Store) fail(op string, err error) error {
+	if s.closed.Load() || errors.Is(err, gocql.ErrSessionClosed) {
+		return fmt.Errorf("cassandra: %s: %w (%w)", op, eventstore.ErrClosed, err)
+	}
+	return fmt.Errorf("cassandra: %s: %w", op, err)
+}
+
+func (s *Store) read(stmt string, args ...any) *gocql.Query {
+	return s.session.Query(stmt, args...).Consistency(s.readCL).Idempotent(true)
+}
+
+func (s *Store) write(stmt string, args ...any) *gocql.Query {
+	return s.session.Query(stmt, args...).Consistency(s.writeCL).Idempotent(true)
+}
+
+func (s *Store) lwt(stmt string, args ...any) *gocql.Query {
+	return s.session.Query(stmt, args...).Consistency(s.writeCL).SerialConsistency(s.serialCL)
+}
+
+func (s *Store) batch(typ gocql.BatchType) *gocql.Batch {
+	return s.session.Batch(typ).Consistency(s.writeCL)
+}
+
+func addIdempotent(b *gocql.Batch, stmt string, args ...any) {
+	b.Entries = append(b.Entries, gocql.BatchEntry{Stmt: stmt, Args: args, Idempotent: true})
+}
+
+// lwtRetryable reports an unknown LWT outcome (or a refusal before any
+// write) worth sending again.
+func lwtRetryable(err error) bool {
+	var wt *gocql.RequestErrWriteTimeout
+	var rt *gocql.RequestErrReadTimeout
+	var cu *gocql.RequestErrCASWriteUnknown
+	var un *gocql.RequestErrUnavailable
+	return errors.As(err, &wt) || errors.As(err, &rt) || errors.As(err, &cu) || errors.As(err, &un) ||
+		errors.Is(err, gocql.ErrTimeoutNoResponse)
+}
+
+// backoff sleeps before LWT attempt n+1 (jittered, growing), or returns
+// ctx's error.
+func backoff(ctx context.Context, n int) error {
+	d := time.Duration(10<<min(n, 5)) * time.Millisecond
+	d = d/2 + rand.N(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func checkKey(scope eventstore.Scope, txID string) error {
+	if err := scope.Validate(); err != nil {
+		return fmt.Errorf("cassandra: %w", err)
+	}
+	if txID == "" {
+		return fmt.Errorf("cassandra: %w: empty transaction id", eventstore.ErrInvalid)
+	}
+	return nil
+}
+
+func checkTx(tx eventstore.Transaction) error {
+	if err := checkKey(tx.Scope, tx.TxID); err != nil {
+		return err
+	}
+	if p := tx.RestorePath; p != nil {
+		if err := checkPath(tx.Scope, *p); err != nil {
+			return fmt.Errorf("%w (restore path)", err)
+		}
+	}
+	return nil
+}
+
+// --- value conversion -----------------------------------------------------
+
+// completedTuple is a tuple<int, text, boolean> of es_transaction.completed.
+type completedTuple struct {
+	Span        int
+	Endpoint    string
+	Compensable bool
+}
+
+// blob never binds null (see schema.cql): nil becomes an empty blob.
+func blob(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// ts keeps what Cassandra keeps of a time (UTC milliseconds); the zero
+// time is bound as the empty timestamp.
+func ts(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.Truncate(time.Millisecond).UTC()
+}
+
+func txValues(tx eventstore.Transaction) []any {
+	completed := make([]completedTuple, len(tx.Completed))
+	for i, c := range tx.Completed {
+		completed[i] = completedTuple{c.Span, c.Endpoint, c.Compensable}
+	}
+	hints := tx.Hints
+	if hints == nil {
+		hints = map[string]string{}
+	}
+	var rDate any = gocql.UnsetValue
+	rWindow, rInstance, rBucket := 0, "", 0
+	if p := tx.RestorePath; p != nil {
+		rDate, rWindow, rInstance, rBucket = eventstore.DayOf(p.Day), p.MinuteOfDay, p.InstanceID, p.Bucket
+	}
+	return []any{
+		tx.Region, tx.Cluster, tx.Service, tx.TxID,
+		tx.Domain, string(tx.State), tx.Version, tx.Span, tx.Kind, tx.Endpoint, tx.Attempt,
+		blob(tx.Payload), completed, hints, tx.Error,
+		rDate, rWindow, rInstance, rBucket,
+		ts(tx.PausedUntil), ts(tx.CreatedAt), ts(tx.UpdatedAt),
+	}
+}
+
+// txScan scans the non-key columns of a saga row (cqlSelectTx's order).
+type txScan struct {
+	tx        eventstore.Transaction
+	state     string
+	completed []completedTuple
+	rDate     time.Time
+	rWindow   int
+	rInstance string
+	rBucket   int
+}
+
+func (x *txScan) dest() []any {
+	t := &x.tx
+	return []any{
+		&t.Domain, &x.state, &t.Version, &t.Span, &t.Kind, &t.Endpoint, &t.Attempt,
+		&t.Payload, &x.completed, &t.Hints, &t.Error,
+		&x.rDate, &x.rWindow, &x.rInstance, &x.rBucket,
+		&t.PausedUntil, &t.CreatedAt, &t.UpdatedAt,
+	}
+}
+
+func (x *txScan) result(scope eventstore.Scope, txID string) eventstore.Transaction {
+	t := x.tx
+	t.Scope, t.TxID, t.State = scope, txID, eventstore.State(x.state)
+	t.Payload = nilIfEmpty(t.Payload)
+	if len(x.completed) > 0 {
+		t.Completed = make([]eventstore.CompletedSpan, len(x.completed))
+		for i, c := range x.completed {
+			t.Completed[i] = eventstore.CompletedSpan{Span: c.Span, Endpoint: c.Endpoint, Compensable: c.Compensable}
+		}
+	}
+	if len(t.Hints) == 0 {
+		t.Hints = nil
+	}
+	if x.rInstance != "" {
+		t.RestorePath = &eventstore.RecoveryPath{Day: eventstore.DayOf(x.rDate), MinuteOfDay: x.rWindow, InstanceID: x.rInstance, Bucket: x.rBucket}
+	}
+	return t
+}
+
+func tryoutValues(scope eventstore.Scope, txID string, t eventstore.Tryout) []any {
+	return []any{
+		scope.Region, scope.Cluster, scope.Service, txID, t.Index,
+		t.Span, t.Kind, t.Endpoint, t.Attempt, t.Outcome, t.Error,
+		blob(t.Before), blob(t.After), blob(t.ResumeContext), ts(t.StartedAt), ts(t.FinishedAt),
+	}
+}
+
+func tryoutFor(txID string, t *eventstore.Tryout) (eventstore.Tryout, error) {
+	if t.TxID != "" && t.TxID != txID {
+		return eventstore.Tryout{}, fmt.Errorf("cassandra: %w: tryout of transaction %q written with %q", eventstore.ErrInvalid, t.TxID, txID)
+	}
+	c := *t
+	c.TxID = txID
+	return c, nil
+}
+
+// --- transactions ---------------------------------------------------------
+
+// CreateTransaction inserts a new saga row with a lightweight transaction
+// (IF NOT EXISTS), then its first tryout, if any. It fails with
+// eventstore.ErrExists if the id is taken.
+func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkTx(tx); err != nil {
+		return err
+	}
+	var tr eventstore.Tryout
+	if first != nil {
+		var err error
+		if tr, err = tryoutFor(tx.TxID, first); err != nil {
+			return err
+		}
+	}
+	vals := txValues(tx)
+	for attempt := 0; ; attempt++ {
+		prev := make(map[string]any)
+		applied, err := s.lwt(s.st.insertTxIfNotExists, vals...).MapScanCASContext(ctx, prev)
+		if err == nil {
+			if !applied {
+				// A retry after an unknown outcome finds our own row.
+				if attempt == 0 || !sameCreate(prev, tx) {
+					return fmt.Errorf("cassandra: transaction %q: %w", tx.TxID, eventstore.ErrExists)
+				}
+			}
+			break
+		}
+		if !lwtRetryable(err) || attempt+1 >= s.lwtTries {
+			return s.fail("create transaction", err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return s.fail("create transaction", err)
+		}
+	}
+	if first != nil {
+		if err := s.write(s.st.insertTryout, tryoutValues(tx.Scope, tx.TxID, tr)...).ExecContext(ctx); err != nil {
+			return s.fail("create transaction: first tryout", err)
+		}
+	}
+	return nil
+}
+
+// sameCreate tells whether the row a refused insert found is the one this
+// create wrote (same version, state and creation time).
+func sameCreate(prev map[string]any, tx eventstore.Transaction) bool {
+	v, _ := prev["version"].(int64)
+	st, _ := prev["running_status"].(string)
+	ca, _ := prev["created_at"].(time.Time)
+	return v == tx.Version && st == string(tx.State) && ca.Equal(ts(tx.CreatedAt))
+}
+
+// LoadTransaction reads a saga row.
+func (s *Store) LoadTransaction(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.Transaction, error) {
+	if err := s.check(ctx); err != nil {
+		return eventstore.Transaction{}, err
+	}
+	if err := checkKey(scope, txID); err != nil {
+		return eventstore.Transaction{}, err
+	}
+	var x txScan
+	err := s.read(s.st.selectTx, scope.Region, scope.Cluster, scope.Service, txID).ScanContext(ctx, x.dest()...)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return eventstore.Transaction{}, fmt.Errorf("cassandra: transaction %q: %w", txID, eventstore.ErrNotFound)
+	}
+	if err != nil {
+		return eventstore.Transaction{}, s.fail("load transaction", err)
+	}
+	return x.result(scope, txID), nil
+}
+
+// Transition overwrites the saga row and, with a tryout, writes both in one
+// unlogged batch. Both statements have the same partition key in the same
+// keyspace, so Cassandra applies them as one mutation (atomic and isolated
+// on each replica) in one round trip, without the batch log.
+func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryout *eventstore.Tryout) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkTx(tx); err != nil {
+		return err
+	}
+	if tryout == nil {
+		if err := s.write(s.st.upsertTx, txValues(tx)...).ExecContext(ctx); err != nil {
+			return s.fail("transition", err)
+		}
+		return nil
+	}
+	tr, err := tryoutFor(tx.TxID, tryout)
+	if err != nil {
+		return err
+	}
+	b := s.batch(gocql.UnloggedBatch)
+	addIdempotent(b, s.st.upsertTx, txValues(tx)...)
+	addIdempotent(b, s.st.insertTryout, tryoutValues(tx.Scope, tx.TxID, tr)...)
+	if err := b.ExecContext(ctx); err != nil {
+		return s.fail("transition", err)
+	}
+	return nil
+}
+
+// Tryouts returns a saga's step history ordered by Index.
+func (s *Store) Tryouts(ctx context.Context, scope eventstore.Scope, txID string) ([]eventstore.Tryout, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkKey(scope, txID); err != nil {
+		return nil, err
+	}
+	iter := s.read(s.st.selectTryouts, scope.Region, scope.Cluster, scope.Service, txID).IterContext(ctx)
+	var out []eventstore.Tryout
+	var t eventstore.Tryout
+	for iter.Scan(&t.Index, &t.Span, &t.Kind, &t.Endpoint, &t.Attempt, &t.Outcome, &t.Error,
+		&t.Before, &t.After, &t.ResumeContext, &t.StartedAt, &t.FinishedAt) {
+		t.TxID = txID
+		t.Before, t.After, t.ResumeContext = nilIfEmpty(t.Before), nilIfEmpty(t.After), nilIfEmpty(t.ResumeContext)
+		out = append(out, t)
+		t = eventstore.Tryout{}
+	}
+	if err := iter.Close(); err != nil {
+		return nil, s.fail("tryouts", err)
+	}
+	return out, nil
+}
+
+// --- frozen ---------------------------------------------------------------
+
+// Freeze copies tx into es_frozen_transaction (overwriting an earlier copy).
+func (s *Store) Freeze(ctx context.Context, tx eventstore.Transaction, reason string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkTx(tx); err != nil {
+		return err
+	}
+	vals := append(txValues(tx), reason, ts(s.now()))
+	if err := s.write(s.st.insertFrozen, vals...).ExecContext(ctx); err != nil {
+		return s.fail("freeze", err)
+	}
+	return nil
+}
+
+// Unfreeze removes a saga from es_frozen_transaction.
+func (s *Store) Unfreeze(ctx context.Context, scope eventstore.Scope, txID string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkKey(scope, txID); err != nil {
+		return err
+	}
+	if err := s.write(s.st.deleteFrozen, scope.Region, scope.Cluster, scope.Service, txID).ExecContext(ctx); err != nil {
+		return s.fail("unfreeze", err)
+	}
+	return nil
+}
+
+// ListFrozen lists frozen sagas ordered by TxID, at most limit (<= 0: all).
+func (s *Store) ListFrozen(ctx context.Context, scope eventstore.Scope, limit int) ([]eventstore.FrozenTransaction, error) {
+	return s.ListFrozenAfter(ctx, scope, "", limit)
+}
+
+// ListFrozenAfter lists frozen sagas with TxID > afterTxID ordered by TxID,
+// at most limit (<= 0: all).
+func (s *Store) ListFrozenAfter(ctx context.Context, scope eventstore.Scope, afterTxID string, limit int) ([]eventstore.FrozenTransaction, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := scope.Validate(); err != nil {
+		return nil, fmt.Errorf("cassandra: %w", err)
+	}
+	iter := s.read(s.st.selectFrozenAfter, scope.Region, scope.Cluster, scope.Service, afterTxID, cqlLimit(limit)).IterContext(ctx)
+	var out []eventstore.FrozenTransaction
+	for {
+		var x txScan
+		var id, reason string
+		var frozenAt time.Time
+		if !iter.Scan(append(append([]any{&id}, x.dest()...), &reason, &frozenAt)...) {
+			break
+		}
+		out = append(out, eventstore.FrozenTransaction{Transaction: x.result(scope, id), Reason: reason, FrozenAt: frozenAt})
+	}
+	if err := iter.Close(); err != nil {
+		return nil, s.fail("list frozen", err)
+	}
+	return out, nil
+}
+
+// GetFrozen reads one frozen saga.
+func (s *Store) GetFrozen(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.FrozenTransaction, error) {
+	if err := s.check(ctx); err != nil {
+		return eventstore.FrozenTransaction{}, err
+	}
+	if err := checkKey(scope, txID); err != nil {
+		return eventstore.FrozenTransaction{}, err
+	}
+	var x txScan
+	var id, reason string
+	var frozenAt time.Time
+	err := s.read(s.st.selectFrozenOne, scope.Region, scope.Cluster, scope.Service, txID).
+		ScanContext(ctx, append(append([]any{&id}, x.dest()...), &reason, &frozenAt)...)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return eventstore.FrozenTransaction{}, fmt.Errorf("cassandra: frozen transaction %q: %w", txID, eventstore.ErrNotFound)
+	}
+	if err != nil {
+		return eventstore.FrozenTransaction{}, s.fail("get frozen", err)
+	}
+	return eventstore.FrozenTransaction{Transaction: x.result(scope, id), Reason: reason, FrozenAt: frozenAt}, nil
+}
+
+// cqlLimit binds "no limit" as the largest CQL LIMIT.
+func cqlLimit(limit int) int {
+	if limit <= 0 || limit > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return limit
+}
+
+// slogLogger adapts slog to the driver's logger.
+type slogLogger struct{ l *slog.Logger }
+
+func (a slogLogger) attrs(fields []gocql.LogField) []any {
+	out := make([]any, 0, len(fields)+1)
+	out = append(out, slog.String("component", "gocql"))
+	for _, f := range fields {
+		out = append(out, slog.Any(f.Name, f.Value.Any()))
+	}
+	return out
+}
+
+func (a slogLogger) Error(msg string, fields ...gocql.LogField) { a.l.Error(msg, a.attrs(fields)...) }
+func (a slogLogger) Warning(msg string, fields ...gocql.LogField) {
+	a.l.Warn(msg, a.attrs(fields)...)
+}
+func (a slogLogger) Info(msg string, fields ...gocql.LogField)  { a.l.Info(msg, a.attrs(fields)...) }
+func (a slogLogger) Debug(msg string, fields ...gocql.LogField) { a.l.Debug(msg, a.attrs(fields)...) }
