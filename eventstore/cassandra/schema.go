@@ -107,7 +107,7 @@ func (r Replication) String() string {
 func ParseReplication(s string) (Replication, error) {
 	class, rest, ok := strings.Cut(strings.TrimSpace(s), ":")
 	if !ok || rest == "" {
-		return Replication{}, fmt.Errorf("cassandra: replication %q: want SimpleStrategy:<rf> or NetworkTopologyStrategy:<dc>=<rf>,...", s)
+		return Replication{}, fmt.Errorf("cassandra: replication %q: want SimpleStrategy:<rf> or NetworkTopologyStrategy:<dc>=<rf>[,<dc>=<rf>]", s)
 	}
 	switch strings.ToLower(class) {
 	case "simple", "simplestrategy":
@@ -204,7 +204,7 @@ func ApplySchema(ctx context.Context, session *gocql.Session, keyspace string, r
 		return err
 	}
 	for _, stmt := range stmts {
-		if err := session.Query(stmt).WithContext(ctx).Exec(); err != nil {
+		if err := session.Query(stmt).ExecContext(ctx); err != nil {
 			return fmt.Errorf("cassandra: apply schema: %s: %w", firstLine(stmt), err)
 		}
 		if err := session.AwaitSchemaAgreement(ctx); err != nil {

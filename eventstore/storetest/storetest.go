@@ -52,8 +52,7 @@ type env struct {
 	f     Features
 }
 
-
-// wait lets d pass on the store's clock (virtual or real).
+// advance lets d pass on a virtual clock; it reports false without one.
 func (e *env) advance(d time.Duration) bool {
 	if e.f.Advance != nil {
 		e.f.Advance(d)

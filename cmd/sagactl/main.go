@@ -1,0 +1,147 @@
+// Command sagactl administers StackSaga's Cassandra event store.
+//
+//	sagactl schema print [--keyspace ks] [--replication spec] [--config file]
+//	sagactl schema apply [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
+//	                     [--local-datacenter dc] [--username u] [--password p]
+//	                     [--config file] [--timeout 2m]
+//
+// print writes the schema script (the keyspace and the 9 tables, every
+// statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
+// cluster. --replication is "SimpleStrategy:<rf>" or
+// "NetworkTopologyStrategy:<dc>=<rf>[,<dc>=<rf>...]". Values come from the
+// stacksaga.cassandra section of --config (if given), then the
+// STACKSAGA_CASSANDRA_* environment variables, then the flags; the rest
+// are the defaults of eventstore/cassandra.Config.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  sagactl schema print [--keyspace ks] [--replication spec] [--config file]
+  sagactl schema apply [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
+                       [--local-datacenter dc] [--username u] [--password p]
+                       [--config file] [--timeout 2m]
+`
+
+// run is main without the process: it returns the exit code (0 ok, 1
+// failure, 2 usage).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply") {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	apply := args[1] == "apply"
+	fs := flag.NewFlagSet("sagactl schema "+args[1], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML file with a stacksaga.cassandra section")
+	keyspace := fs.String("keyspace", "", "keyspace (default stacksaga_event_store)")
+	replication := fs.String("replication", "", "SimpleStrategy:<rf> or NetworkTopologyStrategy:<dc>=<rf>[,...] (default NetworkTopologyStrategy:<local-datacenter>=3)")
+	var hosts, localDC, username, password *string
+	var timeout *time.Duration
+	if apply {
+		hosts = fs.String("hosts", "", "comma-separated contact points host[:port] (default 127.0.0.1:9042)")
+		localDC = fs.String("local-datacenter", "", "local data centre (default datacenter1)")
+		username = fs.String("username", "", "user for PasswordAuthenticator")
+		password = fs.String("password", "", "password for PasswordAuthenticator")
+		timeout = fs.Duration("timeout", 2*time.Minute, "bound on the whole apply")
+	}
+	if err := fs.Parse(args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sagactl: unexpected arguments %q\n%s", fs.Args(), usage)
+		return 2
+	}
+
+	var cfg cassandra.Config
+	var err error
+	if *configPath != "" {
+		cfg, err = cassandra.LoadConfigFile(*configPath)
+	} else {
+		cfg, err = cassandra.LoadConfig(nil)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sagactl: %v\n", err)
+		return 1
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["keyspace"] {
+		cfg.Keyspace = *keyspace
+	}
+	if apply {
+		if set["hosts"] {
+			cfg.ContactPoints = splitList(*hosts)
+		}
+		if set["local-datacenter"] {
+			cfg.LocalDatacenter = *localDC
+		}
+		if set["username"] {
+			cfg.Username = *username
+		}
+		if set["password"] {
+			cfg.Password = *password
+		}
+	}
+	if set["replication"] {
+		r, err := cassandra.ParseReplication(*replication)
+		if err != nil {
+			fmt.Fprintf(stderr, "sagactl: --replication: %v\n", err)
+			return 2
+		}
+		cfg.Replication = r
+	} else if set["local-datacenter"] && *configPath == "" && os.Getenv(cassandra.EnvReplication) == "" {
+		// The default replication follows the data centre given here.
+		cfg.Replication = cassandra.NetworkReplication(map[string]int{cfg.LocalDatacenter: 3})
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "sagactl: %v\n", err)
+		return 1
+	}
+
+	if !apply {
+		script, err := cassandra.SchemaCQL(cfg.Keyspace, cfg.Replication)
+		if err != nil {
+			fmt.Fprintf(stderr, "sagactl: %v\n", err)
+			return 1
+		}
+		fmt.Fprint(stdout, script)
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if err := cassandra.ApplySchemaWithConfig(ctx, cfg); err != nil {
+		fmt.Fprintf(stderr, "sagactl: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "schema applied: keyspace %s (%s) on %s\n", cfg.Keyspace, cfg.Replication, strings.Join(cfg.ContactPoints, ","))
+	return 0
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
