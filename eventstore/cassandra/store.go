@@ -610,5 +610,8 @@ func (a slogLogger) Error(msg string, fields ...gocql.LogField) { a.l.Error(msg,
 func (a slogLogger) Warning(msg string, fields ...gocql.LogField) {
 	a.l.Warn(msg, a.attrs(fields)...)
 }
-func (a slogLogger) Info(msg string, fields ...gocql.LogField)  { a.l.Info(msg, a.attrs(fields)...) }
+
+// Info is logged at debug level: the driver's info lines (sessions, pool
+// changes) are routine.
+func (a slogLogger) Info(msg string, fields ...gocql.LogField)  { a.l.Debug(msg, a.attrs(fields)...) }
 func (a slogLogger) Debug(msg string, fields ...gocql.LogField) { a.l.Debug(msg, a.attrs(fields)...) }
