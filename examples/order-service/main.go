@@ -1,0 +1,65 @@
+// Command order-service is an example service that embeds a StackSaga
+// orchestrator for the place-order saga and exposes it over HTTP:
+//
+//	POST /orders       {"customer_id":"c-1","item":"book","quantity":1,"amount":1999}
+//	                   → 202 {"transaction_id":"…"}
+//	GET  /orders/{id}  → the saga's state, order and step history
+//
+// Run Kafka first (docker compose up -d, or make services-up), the three
+// example workers, then:
+//
+//	KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/order-service --addr :8080
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/examples/placeorder"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+)
+
+func main() {
+	addr := flag.String("addr", ":8080", "HTTP listen address")
+	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
+	flag.Parse()
+	if err := run(*addr, placeorder.Brokers(*kafka)); err != nil {
+		slog.Error("order-service stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr string, brokers []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(), orchestrator.WithBrokers(brokers...),
+		orchestrator.WithListener(func(e orchestrator.Event) {
+			slog.Info("saga", "tx", e.TxID, "from", e.From, "to", e.To, "endpoint", e.Endpoint, "outcome", e.Outcome)
+		}))
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- o.Run(ctx) }()
+	srv := &http.Server{Addr: addr, Handler: newAPI(o), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	slog.Info("order-service listening", "addr", addr, "brokers", brokers)
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		stop()
+		<-errc
+		return err
+	}
+	return <-errc
+}

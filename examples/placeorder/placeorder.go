@@ -1,0 +1,128 @@
+// Package placeorder is the place-order saga shared by the examples and the
+// demo: reserve stock (inventory-service) → charge payment (payment-service)
+// → ship (shipping-service), each with a compensation.
+package placeorder
+
+import (
+	"context"
+	"errors"
+
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/worker"
+)
+
+// Names of the saga domain and of the services taking part.
+const (
+	Domain           = "place-order"
+	OrderService     = "order-service"
+	InventoryService = "inventory-service"
+	PaymentService   = "payment-service"
+	ShippingService  = "shipping-service"
+)
+
+// Endpoint names.
+const (
+	ReserveStock  = "reserve-stock"
+	ChargePayment = "charge-payment"
+	ShipOrder     = "ship-order"
+)
+
+// Order is the saga's domain entity.
+type Order struct {
+	OrderID    string `msgpack:"order_id" json:"order_id"`
+	CustomerID string `msgpack:"customer_id" json:"customer_id"`
+	Item       string `msgpack:"item" json:"item"`
+	Quantity   int    `msgpack:"quantity" json:"quantity"`
+	Amount     int64  `msgpack:"amount" json:"amount"` // in cents
+
+	// Set by the steps.
+	ReservationID string `msgpack:"reservation_id,omitempty" json:"reservation_id,omitempty"`
+	PaymentID     string `msgpack:"payment_id,omitempty" json:"payment_id,omitempty"`
+	TrackingID    string `msgpack:"tracking_id,omitempty" json:"tracking_id,omitempty"`
+	Released      bool   `msgpack:"released,omitempty" json:"released,omitempty"`
+	Refunded      bool   `msgpack:"refunded,omitempty" json:"refunded,omitempty"`
+
+	// FailShipping makes the shipping step fail non-retryably, so the saga
+	// compensates (used by the demo's --fail-rate).
+	FailShipping bool `msgpack:"fail_shipping,omitempty" json:"fail_shipping,omitempty"`
+}
+
+// Saga returns the place-order domain: the three steps in order.
+func Saga() orchestrator.Domain[Order] {
+	return orchestrator.Domain[Order]{
+		Name: Domain,
+		OnNext: orchestrator.Sequence[Order](
+			orchestrator.Step{Service: InventoryService, Endpoint: ReserveStock},
+			orchestrator.Step{Service: PaymentService, Endpoint: ChargePayment},
+			orchestrator.Step{Service: ShippingService, Endpoint: ShipOrder},
+		),
+	}
+}
+
+// ErrAddressRejected is the business failure of the shipping step.
+var ErrAddressRejected = errors.New("shipping: address rejected")
+
+// Observer, if set, is called at every business-handler execution (the
+// demo counts executions with it). It must be safe for concurrent use.
+type Observer func(s *worker.Step)
+
+func observe(o Observer, s *worker.Step) {
+	if o != nil {
+		o(s)
+	}
+}
+
+// RegisterInventory registers the reserve-stock endpoint on w.
+func RegisterInventory(w *worker.Worker, o Observer) error {
+	return worker.Register(w, worker.Endpoint[Order]{
+		Name: ReserveStock,
+		Process: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
+			observe(o, s)
+			in.ReservationID = "rsv-" + s.IdempotencyKey
+			return in, nil
+		},
+		Revert: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
+			observe(o, s)
+			in.Released = true
+			return in, nil
+		},
+	})
+}
+
+// RegisterPayment registers the charge-payment endpoint on w.
+func RegisterPayment(w *worker.Worker, o Observer) error {
+	return worker.Register(w, worker.Endpoint[Order]{
+		Name: ChargePayment,
+		Process: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
+			observe(o, s)
+			in.PaymentID = "pay-" + s.IdempotencyKey
+			return in, nil
+		},
+		Revert: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
+			observe(o, s)
+			in.Refunded = true
+			s.PutHint("refund-id", "ref-"+in.PaymentID)
+			return in, nil
+		},
+	})
+}
+
+// RegisterShipping registers the ship-order endpoint on w.
+func RegisterShipping(w *worker.Worker, o Observer) error {
+	return worker.Register(w, worker.Endpoint[Order]{
+		Name: ShipOrder,
+		Process: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
+			observe(o, s)
+			if in.FailShipping {
+				return in, worker.NonRetryable(ErrAddressRejected)
+			}
+			in.TrackingID = "trk-" + s.IdempotencyKey
+			return in, nil
+		},
+		Revert: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
+			observe(o, s)
+			in.TrackingID = ""
+			return in, nil
+		},
+	})
+}

@@ -1,0 +1,313 @@
+package orchestrator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/eventstore/memory"
+	"github.com/stacksaga-go/stacksaga/internal/testenv"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/topics"
+	"github.com/stacksaga-go/stacksaga/worker"
+)
+
+// rig is a saga system on real Kafka: two worker services and an
+// orchestrator, with unique topic names per test.
+type rig struct {
+	t        *testing.T
+	brokers  []string
+	domain   string
+	svcStock string
+	svcPay   string
+	store    eventstore.Store
+
+	failShip   atomic.Bool
+	failRefund atomic.Bool
+	slowPay    atomic.Int64 // handler delay in ms
+
+	mu      sync.Mutex
+	reverts map[string][]string // tx → compensations in call order
+	runs    map[string]int      // tx/span/kind → executions
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	u := testenv.UniqueName(t, "it")
+	r := &rig{
+		t: t, brokers: testenv.KafkaBrokers(t),
+		domain: "order-" + u, svcStock: "stock-" + u, svcPay: "pay-" + u,
+		store: memory.New(), reverts: map[string][]string{}, runs: map[string]int{},
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := append(topics.WorkerTopics(r.svcStock), topics.WorkerTopics(r.svcPay)...)
+	names = append(names, topics.OrchestratorTopics(r.domain)...)
+	if err := topics.Ensure(ctx, kadm.NewClient(cl), names, topics.Provision{Partitions: 4, ReplicationFactor: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *rig) sagaDomain() orchestrator.Domain[order] {
+	return orchestrator.Domain[order]{Name: r.domain, OnNext: orchestrator.Sequence[order](
+		orchestrator.Step{Service: r.svcStock, Endpoint: "reserve"},
+		orchestrator.Step{Service: r.svcPay, Endpoint: "charge"},
+		orchestrator.Step{Service: r.svcStock, Endpoint: "ship"},
+	)}
+}
+
+func (r *rig) record(s *worker.Step) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs[fmt.Sprintf("%s/%d/%s", s.TxID, s.Span, s.Kind)]++
+	if s.Kind == topics.KindRevert {
+		r.reverts[s.TxID] = append(r.reverts[s.TxID], s.Endpoint)
+	}
+}
+
+func (r *rig) handler(name string) func(context.Context, *worker.Step, order) (order, error) {
+	return func(_ context.Context, s *worker.Step, in order) (order, error) {
+		r.record(s)
+		if name == "charge" {
+			if d := r.slowPay.Load(); d > 0 {
+				time.Sleep(time.Duration(d) * time.Millisecond)
+			}
+		}
+		if name == "ship" && s.Kind == topics.KindProcess && r.failShip.Load() {
+			return in, worker.NonRetryable(errors.New("cannot ship"))
+		}
+		if name == "charge" && s.Kind == topics.KindRevert && r.failRefund.Load() {
+			return in, worker.NonRetryable(errors.New("refund refused"))
+		}
+		in.Steps = append(in.Steps, string(s.Kind)+":"+name)
+		return in, nil
+	}
+}
+
+// startWorker runs a worker for service with its endpoints; the returned
+// stop waits for Run to return.
+func (r *rig) startWorker(service string) (stop func()) {
+	r.t.Helper()
+	w, err := worker.New(service, worker.WithBrokers(r.brokers...))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	eps := []string{"charge"}
+	if service == r.svcStock {
+		eps = []string{"reserve", "ship"}
+	}
+	for _, ep := range eps {
+		if err := worker.Register(w, worker.Endpoint[order]{Name: ep, Process: r.handler(ep), Revert: r.handler(ep)}); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-w.Running():
+	case err := <-done:
+		r.t.Fatalf("worker %s: %v", service, err)
+	case <-time.After(time.Minute):
+		r.t.Fatalf("worker %s did not start", service)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				r.t.Errorf("worker %s Run: %v", service, err)
+			}
+		})
+	}
+	r.t.Cleanup(stop)
+	return stop
+}
+
+func (r *rig) startOrchestrator() (*orchestrator.Orchestrator[order], func()) {
+	r.t.Helper()
+	o, err := orchestrator.New("orders", r.sagaDomain(), orchestrator.WithBrokers(r.brokers...), orchestrator.WithStore(r.store))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return o, runOrch(r.t, o)
+}
+
+// startConcurrently starts n sagas from 32 goroutines.
+func startConcurrently(t *testing.T, o *orchestrator.Orchestrator[order], n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	sem := make(chan struct{}, 32)
+	for i := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			id, err := o.Start(context.Background(), order{ID: fmt.Sprint(i)})
+			if err != nil {
+				failed.Store(err)
+			}
+			ids[i] = id
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func expectAll(t *testing.T, got map[string]eventstore.State, want eventstore.State) {
+	t.Helper()
+	n := 0
+	for id, st := range got {
+		if st != want {
+			n++
+			if n < 5 {
+				t.Errorf("%s: %s, want %s", id, st, want)
+			}
+		}
+	}
+	if n > 0 {
+		t.Errorf("%d of %d sagas not %s", n, len(got), want)
+	}
+}
+
+func TestKafka200ConcurrentSagasComplete(t *testing.T) {
+	r := newRig(t)
+	r.startWorker(r.svcStock)
+	r.startWorker(r.svcPay)
+	o, _ := r.startOrchestrator()
+	ids := startConcurrently(t, o, 200)
+	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.runs) != 600 {
+		t.Errorf("%d distinct executions, want 600", len(r.runs))
+	}
+}
+
+func TestKafkaFailingLastStepCompensatesInReverse(t *testing.T) {
+	r := newRig(t)
+	r.failShip.Store(true)
+	r.startWorker(r.svcStock)
+	r.startWorker(r.svcPay)
+	o, _ := r.startOrchestrator()
+	ids := startConcurrently(t, o, 100)
+	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompensated)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		if want := []string{"charge", "reserve"}; !slices.Equal(r.reverts[id], want) {
+			t.Fatalf("%s: compensations %v, want %v", id, r.reverts[id], want)
+		}
+	}
+}
+
+func TestKafkaFailingCompensationTerminates(t *testing.T) {
+	r := newRig(t)
+	r.failShip.Store(true)
+	r.failRefund.Store(true)
+	r.startWorker(r.svcStock)
+	r.startWorker(r.svcPay)
+	o, _ := r.startOrchestrator()
+	ids := startConcurrently(t, o, 20)
+	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompensationFailed)
+	frozen, err := r.store.ListFrozen(context.Background(), o.Scope(), 100)
+	if err != nil || len(frozen) != 20 {
+		t.Fatalf("frozen: %d, %v", len(frozen), err)
+	}
+}
+
+func TestKafkaWorkerRestartLosesNoSaga(t *testing.T) {
+	r := newRig(t)
+	r.slowPay.Store(20)
+	r.startWorker(r.svcStock)
+	stopPay := r.startWorker(r.svcPay)
+	o, _ := r.startOrchestrator()
+	ids := startConcurrently(t, o, 200)
+	waitFor(t, time.Minute, "some charges", func() bool { return o.Stats().Replies >= 250 })
+	stopPay()
+	if n := o.Stats().Completed; n >= 200 {
+		t.Fatalf("all sagas completed before the restart; the test proves nothing")
+	}
+	r.startWorker(r.svcPay)
+	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
+}
+
+func TestKafkaOrchestratorRestartResumes(t *testing.T) {
+	r := newRig(t)
+	r.slowPay.Store(20)
+	r.startWorker(r.svcStock)
+	r.startWorker(r.svcPay)
+	o1, stop := r.startOrchestrator()
+	ids := startConcurrently(t, o1, 200)
+	waitFor(t, time.Minute, "some replies", func() bool { return o1.Stats().Replies >= 250 })
+	stop()
+	if n := o1.Stats().Completed; n >= 200 {
+		t.Fatalf("all sagas completed before the restart; the test proves nothing")
+	}
+	o2, _ := r.startOrchestrator()
+	expectAll(t, waitTerminal(t, o2, ids, 2*time.Minute), eventstore.StateCompleted)
+}
+
+func TestKafkaMalformedRecordsAreDeadLettered(t *testing.T) {
+	r := newRig(t)
+	r.startWorker(r.svcStock)
+	r.startWorker(r.svcPay)
+	o, _ := r.startOrchestrator()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	targets := []string{topics.CommandTopic(r.svcStock), topics.CommandTopic(r.svcPay), topics.CallbackTopic(r.domain)}
+	for _, tp := range targets {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: tp, Key: []byte("bad"), Value: []byte{0xc1, 0x00, 0x01}}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Good sagas after the bad records are processed.
+	ids := startConcurrently(t, o, 10)
+	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
+	for _, tp := range targets {
+		dlt := topics.DeadLetterTopic(tp)
+		c, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := c.PollFetches(ctx)
+		c.Close()
+		if err := fs.Err(); err != nil {
+			t.Fatalf("%s: %v", dlt, err)
+		}
+		recs := fs.Records()
+		if len(recs) != 1 {
+			t.Errorf("%s: %d dead letters, want 1", dlt, len(recs))
+			continue
+		}
+		if recs[0].Value[0] != 0xc1 || topics.DeadLetterReason(recs[0]) == "" {
+			t.Errorf("%s: value %x, reason %q", dlt, recs[0].Value, topics.DeadLetterReason(recs[0]))
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package orchestrator
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// Option configures an Orchestrator.
+type Option interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	brokers     []string
+	kafkaOpts   []kgo.Opt
+	store       eventstore.Store
+	ownStore    bool
+	region      string
+	cluster     string
+	regions     RegionResolver
+	logger      *slog.Logger
+	concurrency int
+	groupID     string
+	listeners   []func(Event)
+	now         func() time.Time
+	provision   bool
+	topicCfg    topics.Provision
+}
+
+func defaultConfig() config {
+	return config{
+		region:      DefaultRegion,
+		cluster:     "default",
+		regions:     RegionMap{},
+		logger:      slog.Default(),
+		concurrency: 256,
+		now:         func() time.Time { return time.Now().UTC() },
+		provision:   true,
+	}
+}
+
+func (c *config) group(service, domain string) string {
+	if c.groupID != "" {
+		return c.groupID
+	}
+	return topics.Prefix + "." + service + "." + domain + ".orchestrator"
+}
+
+// WithBrokers sets the Kafka seed brokers. Required unless WithKafkaOpts
+// supplies kgo.SeedBrokers.
+func WithBrokers(brokers ...string) Option {
+	return optFunc(func(c *config) { c.brokers = append(c.brokers, brokers...) })
+}
+
+// WithKafkaOpts adds franz-go client options (TLS, SASL, tuning). They are
+// applied after the orchestrator's own.
+func WithKafkaOpts(opts ...kgo.Opt) Option {
+	return optFunc(func(c *config) { c.kafkaOpts = append(c.kafkaOpts, opts...) })
+}
+
+// WithStore sets the event store. Default: a new in-memory store (the
+// embedded default), closed with the orchestrator.
+func WithStore(s eventstore.Store) Option { return optFunc(func(c *config) { c.store = s }) }
+
+// WithRegion sets the instance's region (stacksaga.instance.region). Default
+// "default" (code 1). A custom region needs WithRegionResolver.
+func WithRegion(region string) Option { return optFunc(func(c *config) { c.region = region }) }
+
+// WithCluster sets the virtual cluster (stacksaga.instance.cluster).
+// Default "default".
+func WithCluster(cluster string) Option { return optFunc(func(c *config) { c.cluster = cluster }) }
+
+// WithRegionResolver maps region names to their 12-bit codes. Default: only
+// "default" (code 1) is known.
+func WithRegionResolver(r RegionResolver) Option {
+	return optFunc(func(c *config) { c.regions = r })
+}
+
+// WithLogger sets the logger. Default slog.Default().
+func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.logger = l }) }
+
+// WithConcurrency bounds the replies handled at once (replies of one saga
+// are always handled in order). Default 256.
+func WithConcurrency(n int) Option { return optFunc(func(c *config) { c.concurrency = n }) }
+
+// WithGroup sets the consumer group of the callback topic. Default
+// "stacksaga.<service>.<domain>.orchestrator".
+func WithGroup(id string) Option { return optFunc(func(c *config) { c.groupID = id }) }
+
+// WithListener registers a function called synchronously on every state
+// change. It must be quick and must not call back into the orchestrator.
+func WithListener(f func(Event)) Option {
+	return optFunc(func(c *config) { c.listeners = append(c.listeners, f) })
+}
+
+// WithClock sets the clock. Default time.Now in UTC.
+func WithClock(now func() time.Time) Option { return optFunc(func(c *config) { c.now = now }) }
+
+// WithProvision sets how Run creates the callback topic and its dead-letter
+// topic. Default topics.Provision{} (its own defaults).
+func WithProvision(p topics.Provision) Option {
+	return optFunc(func(c *config) { c.topicCfg = p; c.provision = true })
+}
+
+// WithoutProvision stops Run from creating topics (they must exist).
+func WithoutProvision() Option { return optFunc(func(c *config) { c.provision = false }) }

@@ -1,0 +1,403 @@
+// Package orchestrator is the saga execution coordinator: it starts sagas,
+// asks the domain's event manager for the next step (OnNext) or the next
+// compensation (OnNextRevert), publishes commands to the workers' command
+// topics, consumes the domain's one callback topic, and persists every
+// transition and step attempt through the event store.
+//
+// An Orchestrator is generic over the saga's domain entity T, which travels
+// msgpack-encoded in every command and reply.
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/eventstore/memory"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// Errors callers branch on.
+var (
+	// ErrClosed means the orchestrator was closed.
+	ErrClosed = errors.New("orchestrator: closed")
+	// ErrNotRetryPending means Redrive was called on a saga that is not
+	// parked after a retryable error.
+	ErrNotRetryPending = errors.New("orchestrator: saga is not retry-pending")
+	// ErrNotFound means no saga has that transaction id.
+	ErrNotFound = eventstore.ErrNotFound
+)
+
+// Orchestrator drives the sagas of one domain for one service.
+type Orchestrator[T any] struct {
+	service string
+	domain  Domain[T]
+	cfg     config
+	store   eventstore.Store
+	scope   eventstore.Scope
+	code    uint16
+	cl      *kgo.Client
+	cbTopic string
+
+	locks [256]sync.Mutex
+	seed  maphash.Seed
+
+	stats counters
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	running   chan struct{}
+	runOnce   sync.Once
+}
+
+type counters struct {
+	started, replies, stale, commands, deadLettered atomic.Int64
+	completed, compensated, compensationFailed         atomic.Int64
+}
+
+// Stats is a snapshot of an orchestrator's counters.
+type Stats struct {
+	Started            int64
+	Replies            int64 // replies applied
+	StaleReplies       int64 // duplicate or stale replies ignored
+	Commands           int64 // commands published
+	DeadLettered       int64
+	Completed          int64
+	Compensated        int64
+	CompensationFailed int64
+}
+
+// New returns an orchestrator for domain, embedded in service. It validates
+// its arguments and options; the Kafka client connects lazily.
+func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator[T], error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	var errs []error
+	if err := topics.ValidName(service); err != nil {
+		errs = append(errs, fmt.Errorf("orchestrator: service: %w", err))
+	}
+	if err := topics.ValidName(domain.Name); err != nil {
+		errs = append(errs, fmt.Errorf("orchestrator: domain name: %w", err))
+	}
+	if domain.OnNext == nil {
+		errs = append(errs, errors.New("orchestrator: domain OnNext is nil"))
+	}
+	if len(cfg.brokers) == 0 && len(cfg.kafkaOpts) == 0 {
+		errs = append(errs, errors.New("orchestrator: no Kafka brokers (use WithBrokers)"))
+	}
+	code, err := cfg.regions.RegionCode(cfg.region)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if domain.OnNextRevert == nil {
+		domain.OnNextRevert = ReverseCompensation[T]
+	}
+	o := &Orchestrator[T]{
+		service: service,
+		domain:  domain,
+		cfg:     cfg,
+		store:   cfg.store,
+		scope:   eventstore.Scope{Region: cfg.region, Cluster: cfg.cluster, Service: service},
+		code:    code,
+		cbTopic: topics.CallbackTopic(domain.Name),
+		seed:    maphash.MakeSeed(),
+		running: make(chan struct{}),
+	}
+	if o.store == nil {
+		o.store = memory.New(memory.WithClock(cfg.now))
+		o.cfg.ownStore = true
+	}
+	kopts := []kgo.Opt{
+		kgo.ConsumerGroup(cfg.group(service, domain.Name)),
+		kgo.ConsumeTopics(o.cbTopic),
+		kgo.ProducerLinger(0),
+	}
+	if len(cfg.brokers) > 0 {
+		kopts = append(kopts, kgo.SeedBrokers(cfg.brokers...))
+	}
+	kopts = append(kopts, kafkaloop.ClientOpts()...)
+	kopts = append(kopts, cfg.kafkaOpts...)
+	o.cl, err = kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: kafka client: %w", err)
+	}
+	return o, nil
+}
+
+// Service returns the name of the service the orchestrator is embedded in.
+func (o *Orchestrator[T]) Service() string { return o.service }
+
+// CallbackTopic returns the domain's callback topic.
+func (o *Orchestrator[T]) CallbackTopic() string { return o.cbTopic }
+
+// Store returns the event store the orchestrator persists through.
+func (o *Orchestrator[T]) Store() eventstore.Store { return o.store }
+
+// Scope returns the partition-key prefix of the orchestrator's rows.
+func (o *Orchestrator[T]) Scope() eventstore.Scope { return o.scope }
+
+// Running is closed once Run has provisioned its topics and is consuming.
+func (o *Orchestrator[T]) Running() <-chan struct{} { return o.running }
+
+// Stats returns a snapshot of the counters.
+func (o *Orchestrator[T]) Stats() Stats {
+	c := &o.stats
+	return Stats{
+		Started: c.started.Load(), Replies: c.replies.Load(), StaleReplies: c.stale.Load(),
+		Commands: c.commands.Load(), DeadLettered: c.deadLettered.Load(),
+		Completed: c.completed.Load(), Compensated: c.compensated.Load(),
+		CompensationFailed: c.compensationFailed.Load(),
+	}
+}
+
+// Run provisions the callback topic (and its dead-letter topic) unless
+// disabled, then consumes replies until ctx ends. On return the in-flight
+// replies are finished, marked offsets committed and the Kafka client closed.
+func (o *Orchestrator[T]) Run(ctx context.Context) error {
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	defer o.Close()
+	if o.cfg.provision {
+		if err := topics.Ensure(ctx, kadm.NewClient(o.cl), []string{o.cbTopic, topics.DeadLetterTopic(o.cbTopic)}, o.cfg.topicCfg); err != nil {
+			return fmt.Errorf("orchestrator: provision: %w", err)
+		}
+	}
+	o.runOnce.Do(func() { close(o.running) })
+	err := kafkaloop.Run(ctx, o.cl, o.handleRecord, kafkaloop.Options{
+		Concurrency: o.cfg.concurrency,
+		Logger:      o.cfg.logger,
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Close closes the Kafka client (and the store, if the orchestrator made
+// it). It is safe to call more than once. Use Run's context to stop
+// gracefully; Close alone abandons in-flight replies (they are redelivered).
+func (o *Orchestrator[T]) Close() error {
+	o.closeOnce.Do(func() {
+		o.closed.Store(true)
+		o.cl.Close()
+		if o.cfg.ownStore {
+			_ = o.store.Close()
+		}
+	})
+	return nil
+}
+
+func (o *Orchestrator[T]) lock(txID string) *sync.Mutex {
+	return &o.locks[maphash.String(o.seed, txID)%uint64(len(o.locks))]
+}
+
+// Start begins a saga for entity: it asks OnNext for the first step,
+// persists the saga as STARTED and publishes the first command. It returns
+// the new transaction id.
+func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
+	if o.closed.Load() {
+		return "", ErrClosed
+	}
+	now := o.cfg.now()
+	txID, err := NewTxID(now, o.code)
+	if err != nil {
+		return "", err
+	}
+	payload, err := msgpack.Marshal(&entity)
+	if err != nil {
+		return "", fmt.Errorf("orchestrator: encode entity: %w", err)
+	}
+	s := &Saga[T]{TxID: txID, Domain: o.domain.Name, State: eventstore.StateStarted, Entity: entity, Span: -1, CreatedAt: now, UpdatedAt: now}
+	d := o.decide(ctx, o.domain.OnNext, s)
+	tx := eventstore.Transaction{
+		Scope: o.scope, TxID: txID, Domain: o.domain.Name, State: eventstore.StateStarted,
+		Version: 1, Payload: payload, CreatedAt: now, UpdatedAt: now,
+	}
+	switch d.kind {
+	case decideSend:
+		tx.Span, tx.Kind, tx.Endpoint, tx.Attempt = 0, string(topics.KindProcess), qualify(d.step), 1
+	case decideComplete:
+		tx.State = eventstore.StateCompleted
+	default:
+		tx.State, tx.Error = eventstore.StateCompensated, d.reason
+	}
+	l := o.lock(txID)
+	l.Lock()
+	defer l.Unlock()
+	if err := o.store.CreateTransaction(ctx, tx, nil); err != nil {
+		return "", fmt.Errorf("orchestrator: create saga: %w", err)
+	}
+	o.stats.started.Add(1)
+	o.emit(Event{TxID: txID, Domain: o.domain.Name, To: tx.State, At: now})
+	if d.kind != decideSend {
+		o.countTerminal(tx.State)
+		return txID, nil
+	}
+	if err := o.publish(ctx, &tx, d.step); err != nil {
+		return txID, err
+	}
+	return txID, nil
+}
+
+// Get returns the saga with transaction id txID.
+func (o *Orchestrator[T]) Get(ctx context.Context, txID string) (*Saga[T], error) {
+	tx, err := o.store.LoadTransaction(ctx, o.scope, txID)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: get %s: %w", txID, err)
+	}
+	return o.view(&tx, nil)
+}
+
+// History returns the saga's step attempts in order.
+func (o *Orchestrator[T]) History(ctx context.Context, txID string) ([]eventstore.Tryout, error) {
+	h, err := o.store.Tryouts(ctx, o.scope, txID)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: history %s: %w", txID, err)
+	}
+	return h, nil
+}
+
+// Redrive sends the step of a saga parked in RETRY_PENDING again, with the
+// next attempt number, against the entity snapshot taken before the step.
+// The recovery engine calls it for stalled sagas; tests and admins may too.
+func (o *Orchestrator[T]) Redrive(ctx context.Context, txID string) error {
+	l := o.lock(txID)
+	l.Lock()
+	defer l.Unlock()
+	tx, err := o.store.LoadTransaction(ctx, o.scope, txID)
+	if err != nil {
+		return fmt.Errorf("orchestrator: redrive %s: %w", txID, err)
+	}
+	if tx.State != eventstore.StateRetryPending {
+		return fmt.Errorf("%w: %s is %s", ErrNotRetryPending, txID, tx.State)
+	}
+	from := tx.State
+	tx.Attempt++
+	tx.State = eventstore.StateInProgress
+	if tx.Kind == string(topics.KindRevert) {
+		tx.State = eventstore.StateCompensating
+	}
+	tx.Version++
+	tx.UpdatedAt = o.cfg.now()
+	// Persist before publishing: the reply to this command is handled on
+	// another goroutine and must find the new attempt.
+	if err := o.store.Transition(ctx, tx, nil); err != nil {
+		return fmt.Errorf("orchestrator: redrive %s: %w", txID, err)
+	}
+	o.emit(Event{TxID: txID, Domain: o.domain.Name, From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt})
+	service, endpoint := parseQualified(tx.Endpoint)
+	return o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)})
+}
+
+// publish sends the command for tx's current span, kind and attempt and
+// waits until the broker has it.
+func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transaction, step Step) error {
+	kind := topics.Kind(tx.Kind)
+	env := topics.Envelope{
+		Type: topics.TypeCommand, Region: o.scope.Region, Cluster: o.scope.Cluster, Service: o.service,
+		Domain: o.domain.Name, TxID: tx.TxID, Span: tx.Span, Kind: kind, Endpoint: step.Endpoint,
+		IdempotencyKey: topics.IdempotencyKey(tx.TxID, tx.Span, kind), Attempt: tx.Attempt,
+		ReplyTo: o.cbTopic, Payload: tx.Payload, SentAt: o.cfg.now(),
+	}
+	if kind == topics.KindRevert {
+		env.Hints = tx.Hints
+	}
+	b, err := topics.Encode(&env)
+	if err != nil {
+		return err
+	}
+	rec := &kgo.Record{Topic: topics.CommandTopic(step.Service), Key: []byte(tx.TxID), Value: b}
+	if err := o.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("orchestrator: publish command %s span %d: %w", tx.TxID, tx.Span, err)
+	}
+	o.stats.commands.Add(1)
+	return nil
+}
+
+// decide calls f, turning a panic into a Fail decision.
+func (o *Orchestrator[T]) decide(ctx context.Context, f func(context.Context, *Saga[T]) Decision, s *Saga[T]) (d Decision) {
+	defer func() {
+		if r := recover(); r != nil {
+			d = Fail(fmt.Sprintf("event manager panic: %v", r))
+		}
+	}()
+	d = f(ctx, s)
+	if d.kind == 0 {
+		d = Fail("event manager returned a zero Decision")
+	}
+	return d
+}
+
+// view builds the Saga a decision function or a caller sees.
+func (o *Orchestrator[T]) view(tx *eventstore.Transaction, last *StepResult) (*Saga[T], error) {
+	s := &Saga[T]{
+		TxID: tx.TxID, Domain: tx.Domain, State: tx.State, Span: tx.Span, Kind: tx.Kind,
+		Attempt: tx.Attempt, Last: last, Hints: tx.Hints, Error: tx.Error,
+		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt,
+	}
+	s.Step.Service, s.Step.Endpoint = parseQualified(tx.Endpoint)
+	s.Step.Query = isQuery(tx.Endpoint)
+	if len(tx.Payload) > 0 {
+		if err := msgpack.Unmarshal(tx.Payload, &s.Entity); err != nil {
+			return nil, fmt.Errorf("orchestrator: decode entity of %s: %w", tx.TxID, err)
+		}
+	}
+	s.Completed = make([]CompletedStep, len(tx.Completed))
+	for i, c := range tx.Completed {
+		svc, ep := parseQualified(c.Endpoint)
+		s.Completed[i] = CompletedStep{Span: c.Span, Step: Step{Service: svc, Endpoint: ep, Query: isQuery(c.Endpoint)}}
+	}
+	return s, nil
+}
+
+func (o *Orchestrator[T]) countTerminal(s eventstore.State) {
+	switch s {
+	case eventstore.StateCompleted:
+		o.stats.completed.Add(1)
+	case eventstore.StateCompensated:
+		o.stats.compensated.Add(1)
+	case eventstore.StateCompensationFailed:
+		o.stats.compensationFailed.Add(1)
+	}
+}
+
+// Event is a state change or step result, delivered to listeners.
+type Event struct {
+	TxID     string
+	Domain   string
+	From, To eventstore.State
+	Span     int
+	Kind     string
+	Endpoint string
+	// Outcome and Error describe the step result that caused the change,
+	// if any.
+	Outcome string
+	Error   string
+	At      time.Time
+}
+
+func (o *Orchestrator[T]) emit(e Event) {
+	for _, l := range o.cfg.listeners {
+		l(e)
+	}
+}
+
+// logger returns the configured logger.
+func (o *Orchestrator[T]) logger() *slog.Logger { return o.cfg.logger }

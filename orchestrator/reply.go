@@ -1,0 +1,248 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// handleRecord applies one reply from the callback topic. Replies of one saga
+// arrive in order (they are keyed by transaction id and kafkaloop keeps key
+// order), which is what makes "publish, then persist" safe: a crash between
+// the two redelivers the same reply, which then finds the saga unchanged and
+// publishes the same command again (the worker's guard drops the duplicate).
+func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error {
+	env, err := topics.Decode(r.Value)
+	if err != nil {
+		return o.deadLetter(ctx, r, err.Error())
+	}
+	switch {
+	case env.Type != topics.TypeReply:
+		return o.deadLetter(ctx, r, "orchestrator: not a reply: "+string(env.Type))
+	case env.Domain != o.domain.Name:
+		return o.deadLetter(ctx, r, fmt.Sprintf("orchestrator: reply for domain %q on the callback topic of %q", env.Domain, o.domain.Name))
+	}
+	l := o.lock(env.TxID)
+	l.Lock()
+	defer l.Unlock()
+	tx, err := o.store.LoadTransaction(ctx, o.scope, env.TxID)
+	if errors.Is(err, eventstore.ErrNotFound) {
+		return o.deadLetter(ctx, r, "orchestrator: unknown transaction "+env.TxID)
+	}
+	if err != nil {
+		return fmt.Errorf("orchestrator: load %s: %w", env.TxID, err)
+	}
+	if !awaitsReply(tx.State) || tx.Span != env.Span || tx.Kind != string(env.Kind) || tx.Attempt != env.Attempt {
+		o.stats.stale.Add(1)
+		return nil
+	}
+	o.stats.replies.Add(1)
+	return o.apply(ctx, &tx, env)
+}
+
+// awaitsReply reports whether a saga in state s has a command in flight.
+// FAILED is included: a crash after persisting FAILED and before starting
+// compensation redelivers the failing reply, which then resumes there.
+func awaitsReply(s eventstore.State) bool {
+	switch s {
+	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateFailed:
+		return true
+	}
+	return false
+}
+
+func (o *Orchestrator[T]) deadLetter(ctx context.Context, r *kgo.Record, reason string) error {
+	if err := o.cl.ProduceSync(ctx, topics.DeadLetter(r, reason)).FirstErr(); err != nil {
+		return fmt.Errorf("orchestrator: dead-letter: %w", err)
+	}
+	o.stats.deadLettered.Add(1)
+	o.logger().Warn("orchestrator: dead-lettered a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+	return nil
+}
+
+// apply moves tx on by the reply env (which matches its span, kind and
+// attempt).
+func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction, env *topics.Envelope) error {
+	now := o.cfg.now()
+	from := tx.State
+	service, endpoint := parseQualified(tx.Endpoint)
+	last := &StepResult{
+		Span: tx.Span, Step: Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)},
+		Kind: tx.Kind, Attempt: tx.Attempt, Outcome: string(env.Outcome), Error: env.Error, Finished: now,
+	}
+	tryout := &eventstore.Tryout{
+		TxID: tx.TxID, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt,
+		Outcome: string(env.Outcome), Error: env.Error, Before: tx.Payload, After: env.Payload,
+		StartedAt: tx.UpdatedAt, FinishedAt: now,
+	}
+	if from == eventstore.StateFailed {
+		// The failure was persisted, compensation not yet started.
+		return o.compensate(ctx, tx, compensationCursor(tx, env), last, nil)
+	}
+	forward := tx.Kind == string(topics.KindProcess)
+	switch env.Outcome {
+	case topics.OutcomeOK:
+		if len(env.Payload) > 0 {
+			tx.Payload = env.Payload
+		}
+		if !forward {
+			if env.Hints != nil {
+				tx.Hints = env.Hints
+			}
+			return o.next(ctx, tx, o.domain.OnNextRevert, last, tryout, from)
+		}
+		tx.Completed = append(tx.Completed, eventstore.CompletedSpan{Span: tx.Span, Endpoint: tx.Endpoint, Compensable: !isQuery(tx.Endpoint)})
+		return o.next(ctx, tx, o.domain.OnNext, last, tryout, from)
+	case topics.OutcomeRetryable:
+		tx.Error = env.Error
+		return o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last)
+	default: // non-retryable
+		tx.Error = env.Error
+		if !forward {
+			return o.terminate(ctx, tx, tryout, from, last)
+		}
+		if err := o.persist(ctx, tx, eventstore.StateFailed, tryout, from, last); err != nil {
+			return err
+		}
+		return o.compensate(ctx, tx, tx.Span, last, nil)
+	}
+}
+
+// compensationCursor is the span below which completed steps are
+// compensated: the failed span itself failed (nothing to undo there) unless
+// it had completed and the event manager failed the saga afterwards.
+func compensationCursor(tx *eventstore.Transaction, env *topics.Envelope) int {
+	if env.Outcome == topics.OutcomeOK {
+		return tx.Span + 1
+	}
+	return tx.Span
+}
+
+// next asks f (OnNext going forward, OnNextRevert while compensating) what
+// follows the step that just succeeded, and does it.
+func (o *Orchestrator[T]) next(ctx context.Context, tx *eventstore.Transaction, f func(context.Context, *Saga[T]) Decision, last *StepResult, tryout *eventstore.Tryout, from eventstore.State) error {
+	forward := tx.Kind == string(topics.KindProcess)
+	s, err := o.view(tx, last)
+	if err != nil {
+		return o.failDecode(ctx, tx, err, tryout, from, last)
+	}
+	d := o.decide(ctx, f, s)
+	switch d.kind {
+	case decideSend:
+		if forward {
+			tx.Span++
+			tx.Kind, tx.Endpoint, tx.Attempt = string(topics.KindProcess), qualify(d.step), 1
+			return o.sendAndPersist(ctx, tx, d.step, eventstore.StateInProgress, tryout, from, last)
+		}
+		return o.sendRevert(ctx, tx, d, tryout, from, last)
+	case decideComplete:
+		if forward {
+			return o.persist(ctx, tx, eventstore.StateCompleted, tryout, from, last)
+		}
+		return o.persist(ctx, tx, eventstore.StateCompensated, tryout, from, last)
+	default:
+		tx.Error = d.reason
+		if !forward {
+			return o.terminate(ctx, tx, tryout, from, last)
+		}
+		if err := o.persist(ctx, tx, eventstore.StateFailed, tryout, from, last); err != nil {
+			return err
+		}
+		return o.compensate(ctx, tx, tx.Span+1, last, nil)
+	}
+}
+
+// compensate starts compensation of a FAILED saga: completed steps below
+// cursor are undone by OnNextRevert.
+func (o *Orchestrator[T]) compensate(ctx context.Context, tx *eventstore.Transaction, cursor int, last *StepResult, tryout *eventstore.Tryout) error {
+	from := tx.State
+	tx.Span = cursor
+	s, err := o.view(tx, last)
+	if err != nil {
+		return o.failDecode(ctx, tx, err, tryout, from, last)
+	}
+	s.State = eventstore.StateCompensating
+	d := o.decide(ctx, o.domain.OnNextRevert, s)
+	switch d.kind {
+	case decideSend:
+		return o.sendRevert(ctx, tx, d, tryout, from, last)
+	case decideComplete:
+		return o.persist(ctx, tx, eventstore.StateCompensated, tryout, from, last)
+	default:
+		tx.Error = d.reason
+		return o.terminate(ctx, tx, tryout, from, last)
+	}
+}
+
+// sendRevert publishes the compensation decided by d.
+func (o *Orchestrator[T]) sendRevert(ctx context.Context, tx *eventstore.Transaction, d Decision, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
+	span, ok := d.span, d.hasSpan
+	if !ok {
+		// A plain Send from OnNextRevert compensates the latest completed
+		// span of that step below the cursor.
+		for i := len(tx.Completed) - 1; i >= 0; i-- {
+			if c := tx.Completed[i]; c.Span < tx.Span && c.Endpoint == qualify(d.step) {
+				span, ok = c.Span, true
+				break
+			}
+		}
+		if !ok {
+			tx.Error = fmt.Sprintf("orchestrator: OnNextRevert chose %s, which has not completed", qualify(d.step))
+			return o.terminate(ctx, tx, tryout, from, last)
+		}
+	}
+	tx.Span, tx.Kind, tx.Endpoint, tx.Attempt = span, string(topics.KindRevert), qualify(d.step), 1
+	return o.sendAndPersist(ctx, tx, d.step, eventstore.StateCompensating, tryout, from, last)
+}
+
+// sendAndPersist publishes the command for tx's (new) span, then persists
+// the transition to state. See handleRecord for why this order is safe.
+func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Transaction, step Step, state eventstore.State, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
+	tx.UpdatedAt = o.cfg.now()
+	if err := o.publish(ctx, tx, step); err != nil {
+		return err
+	}
+	return o.persist(ctx, tx, state, tryout, from, last)
+}
+
+// terminate ends a saga whose compensation failed: COMPENSATION_FAILED, and
+// a copy in the frozen table for admins.
+func (o *Orchestrator[T]) terminate(ctx context.Context, tx *eventstore.Transaction, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
+	if err := o.store.Freeze(ctx, *tx, tx.Error); err != nil {
+		return fmt.Errorf("orchestrator: freeze %s: %w", tx.TxID, err)
+	}
+	return o.persist(ctx, tx, eventstore.StateCompensationFailed, tryout, from, last)
+}
+
+// failDecode handles an entity that no longer decodes: compensation cannot
+// be decided either, so the saga is terminated.
+func (o *Orchestrator[T]) failDecode(ctx context.Context, tx *eventstore.Transaction, err error, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
+	tx.Error = err.Error()
+	return o.terminate(ctx, tx, tryout, from, last)
+}
+
+// persist writes tx in state with the tryout row (one batch) and tells the
+// listeners.
+func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transaction, state eventstore.State, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
+	tx.State = state
+	tx.Version++
+	tx.UpdatedAt = o.cfg.now()
+	if tryout != nil {
+		tryout.Index = int(tx.Version)
+	}
+	if err := o.store.Transition(ctx, *tx, tryout); err != nil {
+		return fmt.Errorf("orchestrator: persist %s: %w", tx.TxID, err)
+	}
+	ev := Event{TxID: tx.TxID, Domain: tx.Domain, From: from, To: state, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt}
+	if last != nil {
+		ev.Outcome, ev.Error = last.Outcome, last.Error
+	}
+	o.emit(ev)
+	o.countTerminal(state)
+	return nil
+}
