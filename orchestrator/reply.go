@@ -242,7 +242,23 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 	if last != nil {
 		ev.Outcome, ev.Error = last.Outcome, last.Error
 	}
+	if state.Terminal() {
+		o.dropMarkers(ctx, tx.TxID)
+	}
 	o.emit(ev)
 	o.countTerminal(state)
 	return nil
+}
+
+// dropMarkers removes the saga's execution markers with one partition
+// delete once it is terminal. A failure is logged, not returned: the saga's
+// state is already durable, and retrying the reply would find it stale.
+func (o *Orchestrator[T]) dropMarkers(ctx context.Context, txID string) {
+	var err error
+	for range 3 {
+		if err = o.store.DeleteMarkers(ctx, o.scope, txID); err == nil {
+			return
+		}
+	}
+	o.logger().Warn("orchestrator: could not delete execution markers of a finished saga", "tx", txID, "err", err)
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
@@ -41,6 +42,8 @@ type options struct {
 	concurrency int
 	failRate    float64
 	kafka       string
+	cassandra   string
+	keyspace    string
 	timeout     time.Duration
 	quiet       bool
 	verbose     bool
@@ -58,6 +61,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 256, "sagas in flight at once")
 	fs.Float64Var(&o.failRate, "fail-rate", 0, "fraction of sagas whose last step fails non-retryably (they compensate)")
 	fs.StringVar(&o.kafka, "kafka", "", "Kafka bootstrap host:port (default: an in-process kfake broker)")
+	fs.StringVar(&o.cassandra, "cassandra", "", "Cassandra host:port for the event store (default: the in-memory store)")
+	fs.StringVar(&o.keyspace, "keyspace", "stacksaga_demo", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for sagas after this long")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
@@ -100,6 +105,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 type result struct {
 	sagas, completed, compensated, compensationFailed, stuck int
 	elapsed                                                  time.Duration
+	// stmtsPerSaga is set when the store is Cassandra.
+	stmtsPerSaga float64
+	hasStmts     bool
 }
 
 func (r result) summary() string {
@@ -107,6 +115,9 @@ func (r result) summary() string {
 	fmt.Fprintf(&b, "sagas=%d completed=%d compensated=%d compensation_failed=%d stuck=%d elapsed=%.2fs rate=%.1f/s",
 		r.sagas, r.completed, r.compensated, r.compensationFailed, r.stuck, r.elapsed.Seconds(),
 		float64(r.completed+r.compensated+r.compensationFailed)/r.elapsed.Seconds())
+	if r.hasStmts {
+		fmt.Fprintf(&b, " stmts_per_saga=%.1f", r.stmtsPerSaga)
+	}
 	return b.String()
 }
 
@@ -135,10 +146,25 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		where = "in-process kfake broker"
 	}
 	var store eventstore.Store = memory.New()
+	storeName := "the in-memory store"
+	var cass *cassandra.Store
+	if opts.cassandra != "" {
+		cfg := cassandra.DefaultConfig()
+		cfg.ContactPoints = []string{opts.cassandra}
+		cfg.Keyspace = opts.keyspace
+		cfg.Replication = cassandra.SimpleReplication(1)
+		cfg.CreateSchema = true
+		var err error
+		if cass, err = cassandra.New(ctx, cfg); err != nil {
+			return result{}, fmt.Errorf("cassandra store: %w", err)
+		}
+		store = cass
+		storeName = "Cassandra " + opts.cassandra + " keyspace " + opts.keyspace
+	}
 	defer store.Close()
 	if !opts.quiet {
-		fmt.Fprintf(stderr, "sagademo: %d sagas, concurrency %d, fail rate %.2f, on %s with the in-memory store\n",
-			opts.sagas, opts.concurrency, opts.failRate, where)
+		fmt.Fprintf(stderr, "sagademo: %d sagas, concurrency %d, fail rate %.2f, on %s with %s\n",
+			opts.sagas, opts.concurrency, opts.failRate, where, storeName)
 	}
 
 	runCtx, stopAll := context.WithCancel(context.Background())
@@ -207,11 +233,18 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	}
 
 	terminal := func() int { return int(completed.Load() + compensated.Load() + compFailed.Load()) }
+	var stmts0 cassandra.Stats
+	if cass != nil {
+		stmts0 = cass.Stats()
+	}
+	mem := &memSampler{}
 	start := time.Now()
 	deadline := time.NewTimer(opts.timeout)
 	defer deadline.Stop()
 	progress := time.NewTicker(time.Second)
 	defer progress.Stop()
+	sample := time.NewTicker(100 * time.Millisecond)
+	defer sample.Stop()
 	var startErr atomic.Value
 	started := 0
 	report := func() {
@@ -239,6 +272,8 @@ loop:
 				continue
 			case <-progress.C:
 				report()
+			case <-sample.C:
+				mem.sample(started - terminal())
 			case <-deadline.C:
 				break loop
 			case <-ctx.Done():
@@ -247,6 +282,8 @@ loop:
 		} else {
 			select {
 			case <-time.After(2 * time.Millisecond):
+			case <-sample.C:
+				mem.sample(started - terminal())
 			case <-progress.C:
 				report()
 			case <-deadline.C:
@@ -269,5 +306,36 @@ loop:
 		compensationFailed: int(compFailed.Load()), elapsed: elapsed,
 	}
 	res.stuck = opts.sagas - (res.completed + res.compensated + res.compensationFailed)
+	if cass != nil {
+		res.hasStmts = true
+		res.stmtsPerSaga = float64(cass.Stats().Sub(stmts0).RoundTrips()) / float64(opts.sagas)
+	}
+	if !opts.quiet {
+		fmt.Fprintln(stderr, mem.String())
+	}
 	return res, nil
+}
+
+// memSampler keeps the heap in use at the largest number of sagas in
+// flight seen, to report the orchestrator's memory per in-flight saga.
+type memSampler struct {
+	peak     int
+	heapPeak uint64
+}
+
+func (m *memSampler) sample(inFlight int) {
+	if inFlight < m.peak || inFlight == 0 {
+		return
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.peak, m.heapPeak = inFlight, ms.HeapInuse
+}
+
+func (m *memSampler) String() string {
+	if m.peak == 0 {
+		return "memory: no sample"
+	}
+	return fmt.Sprintf("memory: in_flight_peak=%d heap_in_use=%.1fMiB per_in_flight_saga=%.1fKiB (whole process: store, broker, workers included)",
+		m.peak, float64(m.heapPeak)/(1<<20), float64(m.heapPeak)/1024/float64(m.peak))
 }

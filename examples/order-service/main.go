@@ -19,9 +19,11 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 )
@@ -29,23 +31,23 @@ import (
 func main() {
 	addr := flag.String("addr", ":8080", "HTTP listen address")
 	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
+	cass := flag.String("cassandra", os.Getenv("CASSANDRA_HOSTS"), "Cassandra contact points for the event store, comma-separated (default $CASSANDRA_HOSTS; empty: in-memory store, lost on restart)")
+	keyspace := flag.String("keyspace", "stacksaga_event_store", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
 	flag.Parse()
-	if err := run(*addr, placeorder.Brokers(*kafka)); err != nil {
+	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace); err != nil {
 		slog.Error("order-service stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, brokers []string) error {
+func run(addr string, brokers []string, cassandraHosts, keyspace string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(), orchestrator.WithBrokers(brokers...),
-		orchestrator.WithListener(func(e orchestrator.Event) {
-			slog.Info("saga", "tx", e.TxID, "from", e.From, "to", e.To, "endpoint", e.Endpoint, "outcome", e.Outcome)
-		}))
+	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace)
 	if err != nil {
 		return err
 	}
+	defer closeStore()
 	errc := make(chan error, 1)
 	go func() { errc <- o.Run(ctx) }()
 	srv := &http.Server{Addr: addr, Handler: newAPI(o), ReadHeaderTimeout: 5 * time.Second}
@@ -62,4 +64,35 @@ func run(addr string, brokers []string) error {
 		return err
 	}
 	return <-errc
+}
+
+// newOrchestrator builds the place-order orchestrator on Kafka brokers, with
+// the Cassandra event store when hosts are given (else the in-memory one).
+func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keyspace string) (*orchestrator.Orchestrator[placeorder.Order], func(), error) {
+	opts := []orchestrator.Option{
+		orchestrator.WithBrokers(brokers...),
+		orchestrator.WithListener(func(e orchestrator.Event) {
+			slog.Info("saga", "tx", e.TxID, "from", e.From, "to", e.To, "endpoint", e.Endpoint, "outcome", e.Outcome)
+		}),
+	}
+	closeStore := func() {}
+	if cassandraHosts != "" {
+		cfg := cassandra.DefaultConfig()
+		cfg.ContactPoints = strings.Split(cassandraHosts, ",")
+		cfg.Keyspace = keyspace
+		cfg.Replication = cassandra.SimpleReplication(1)
+		cfg.CreateSchema = true
+		store, err := cassandra.New(ctx, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		closeStore = func() { _ = store.Close() }
+		opts = append(opts, orchestrator.WithStore(store))
+	}
+	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(), opts...)
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	return o, closeStore, nil
 }
