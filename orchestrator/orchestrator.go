@@ -378,11 +378,14 @@ func (o *Orchestrator[T]) countTerminal(s eventstore.State) {
 	}
 }
 
-// Event is a state change or step result, delivered to listeners.
+// Event is a state change, delivered to listeners.
 type Event struct {
 	TxID     string
 	Domain   string
 	From, To eventstore.State
+	// Span, Kind and Endpoint ("service/endpoint") name the step whose
+	// result caused the change or, when none did (start, re-drive), the step
+	// the saga is now waiting for.
 	Span     int
 	Kind     string
 	Endpoint string
