@@ -44,6 +44,7 @@ type options struct {
 	kafka       string
 	cassandra   string
 	keyspace    string
+	suffix      string
 	timeout     time.Duration
 	quiet       bool
 	verbose     bool
@@ -63,6 +64,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.kafka, "kafka", "", "Kafka bootstrap host:port (default: an in-process kfake broker)")
 	fs.StringVar(&o.cassandra, "cassandra", "", "Cassandra host:port for the event store (default: the in-memory store)")
 	fs.StringVar(&o.keyspace, "keyspace", "stacksaga_demo", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
+	fs.StringVar(&o.suffix, "suffix", "", "suffix for every domain and service name (topics, groups), to share a broker with other runs")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for sagas after this long")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
@@ -182,11 +184,12 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	defer func() { stopAll(); wg.Wait() }()
 
 	// Workers.
+	names := placeorder.DefaultNames().WithSuffix(opts.suffix)
 	type reg func(*worker.Worker, placeorder.Observer) error
 	for svc, register := range map[string]reg{
-		placeorder.InventoryService: placeorder.RegisterInventory,
-		placeorder.PaymentService:   placeorder.RegisterPayment,
-		placeorder.ShippingService:  placeorder.RegisterShipping,
+		names.Inventory: placeorder.RegisterInventory,
+		names.Payment:   placeorder.RegisterPayment,
+		names.Shipping:  placeorder.RegisterShipping,
 	} {
 		w, err := worker.New(svc, worker.WithBrokers(brokers...), worker.WithLogger(logger), worker.WithConcurrency(opts.concurrency))
 		if err != nil {
@@ -206,7 +209,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	// Orchestrator; terminal events free a slot for the next saga.
 	slots := make(chan struct{}, opts.concurrency)
 	var completed, compensated, compFailed atomic.Int64
-	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(),
+	o, err := orchestrator.New(names.Order, placeorder.SagaNamed(names),
 		orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store), orchestrator.WithLogger(logger),
 		orchestrator.WithConcurrency(opts.concurrency),
 		orchestrator.WithListener(func(e orchestrator.Event) {

@@ -47,14 +47,39 @@ type Order struct {
 	FailShipping bool `msgpack:"fail_shipping,omitempty" json:"fail_shipping,omitempty"`
 }
 
-// Saga returns the place-order domain: the three steps in order.
-func Saga() orchestrator.Domain[Order] {
+// Names are the domain and service names of one deployment of the saga.
+// They name the Kafka topics and consumer groups, so runs that share a
+// broker and must not see each other use different names.
+type Names struct {
+	Domain, Order, Inventory, Payment, Shipping string
+}
+
+// DefaultNames are the names of the examples.
+func DefaultNames() Names {
+	return Names{Domain: Domain, Order: OrderService, Inventory: InventoryService, Payment: PaymentService, Shipping: ShippingService}
+}
+
+// WithSuffix returns n with "-suffix" appended to every name ("" returns n).
+func (n Names) WithSuffix(suffix string) Names {
+	if suffix == "" {
+		return n
+	}
+	add := func(s string) string { return s + "-" + suffix }
+	return Names{Domain: add(n.Domain), Order: add(n.Order), Inventory: add(n.Inventory), Payment: add(n.Payment), Shipping: add(n.Shipping)}
+}
+
+// Saga returns the place-order domain with the default names: the three
+// steps in order.
+func Saga() orchestrator.Domain[Order] { return SagaNamed(DefaultNames()) }
+
+// SagaNamed returns the place-order domain with names n.
+func SagaNamed(n Names) orchestrator.Domain[Order] {
 	return orchestrator.Domain[Order]{
-		Name: Domain,
+		Name: n.Domain,
 		OnNext: orchestrator.Sequence[Order](
-			orchestrator.Step{Service: InventoryService, Endpoint: ReserveStock},
-			orchestrator.Step{Service: PaymentService, Endpoint: ChargePayment},
-			orchestrator.Step{Service: ShippingService, Endpoint: ShipOrder},
+			orchestrator.Step{Service: n.Inventory, Endpoint: ReserveStock},
+			orchestrator.Step{Service: n.Payment, Endpoint: ChargePayment},
+			orchestrator.Step{Service: n.Shipping, Endpoint: ShipOrder},
 		),
 	}
 }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stacksaga-go/stacksaga/internal/testenv"
+)
+
+var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s( stmts_per_saga=\d+\.\d)?$`)
+
+// runDemo runs the demo with args and returns its summary fields.
+func runDemo(t *testing.T, args ...string) []int {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(append(args, "--quiet"), &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	line := strings.TrimSpace(stdout.String())
+	m := summaryRE.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("summary line %q does not match %v", line, summaryRE)
+	}
+	var out []int
+	for _, f := range m[1:6] {
+		n, _ := strconv.Atoi(f)
+		out = append(out, n)
+	}
+	return out
+}
+
+func checkCounts(t *testing.T, got []int, sagas, compensated int) {
+	t.Helper()
+	want := []int{sagas, sagas - compensated, compensated, 0, 0}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("summary counts %v, want %v", got, want)
+		}
+	}
+}
+
+func TestDemoEmbedded(t *testing.T) {
+	checkCounts(t, runDemo(t, "--sagas", "400", "--fail-rate", "0.1", "--concurrency", "64"), 400, 40)
+}
+
+func TestDemoRealKafka(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	suffix := testenv.UniqueName(t, "demo")
+	checkCounts(t, runDemo(t, "--sagas", "300", "--fail-rate", "0.1", "--kafka", brokers[0], "--suffix", suffix), 300, 30)
+}
+
+func TestDemoRealKafkaAndCassandra(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	suffix := testenv.UniqueName(t, "demo")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--sagas", "100", "--fail-rate", "0.1", "--kafka", brokers[0], "--cassandra", hosts[0], "--keyspace", keyspace, "--suffix", suffix, "--quiet"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, stdout.String(), stderr.String())
+	}
+	line := strings.TrimSpace(stdout.String())
+	m := summaryRE.FindStringSubmatch(line)
+	if m == nil || m[6] == "" {
+		t.Fatalf("summary %q lacks stmts_per_saga", line)
+	}
+	if !strings.Contains(line, "completed=90 compensated=10 compensation_failed=0 stuck=0") {
+		t.Fatalf("summary %q", line)
+	}
+}
+
+func TestDemoRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"--sagas", "0"}, {"--fail-rate", "1.5"}, {"--concurrency", "-1"}, {"--nope"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+func TestFailsAtIsExact(t *testing.T) {
+	n := 0
+	for i := range 2000 {
+		if failsAt(i, 0.1) {
+			n++
+		}
+	}
+	if n != 200 {
+		t.Fatalf("%d of 2000 fail at rate 0.1, want 200", n)
+	}
+}
