@@ -33,7 +33,9 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
+	"github.com/stacksaga-go/stacksaga/internal/duplicator"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 )
 
@@ -45,6 +47,7 @@ type options struct {
 	cassandra   string
 	keyspace    string
 	suffix      string
+	duplicates  int
 	timeout     time.Duration
 	quiet       bool
 	verbose     bool
@@ -64,6 +67,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.kafka, "kafka", "", "Kafka bootstrap host:port (default: an in-process kfake broker)")
 	fs.StringVar(&o.cassandra, "cassandra", "", "Cassandra host:port for the event store (default: the in-memory store)")
 	fs.StringVar(&o.keyspace, "keyspace", "stacksaga_demo", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
+	fs.IntVar(&o.duplicates, "duplicates", 0, "deliver every command and every reply K extra times")
 	fs.StringVar(&o.suffix, "suffix", "", "suffix for every domain and service name (topics, groups), to share a broker with other runs")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for sagas after this long")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
@@ -77,6 +81,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.concurrency < 1 {
 		errs = append(errs, errors.New("--concurrency must be at least 1"))
+	}
+	if o.duplicates < 0 {
+		errs = append(errs, errors.New("--duplicates must be at least 0"))
 	}
 	if o.failRate < 0 || o.failRate > 1 {
 		errs = append(errs, errors.New("--fail-rate must be within [0, 1]"))
@@ -110,6 +117,9 @@ type result struct {
 	// stmtsPerSaga is set when the store is Cassandra.
 	stmtsPerSaga float64
 	hasStmts     bool
+	// duplicateExecutions counts business-handler runs beyond the first
+	// per transaction, span and kind, as the handlers saw them.
+	duplicateExecutions int
 }
 
 func (r result) summary() string {
@@ -120,6 +130,7 @@ func (r result) summary() string {
 	if r.hasStmts {
 		fmt.Fprintf(&b, " stmts_per_saga=%.1f", r.stmtsPerSaga)
 	}
+	fmt.Fprintf(&b, " duplicate_executions=%d", r.duplicateExecutions)
 	return b.String()
 }
 
@@ -183,7 +194,8 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	}
 	defer func() { stopAll(); wg.Wait() }()
 
-	// Workers.
+	// Workers; their handlers count their own executions.
+	execs := &executions{seen: make(map[execKey]int32)}
 	names := placeorder.DefaultNames().WithSuffix(opts.suffix)
 	type reg func(*worker.Worker, placeorder.Observer) error
 	for svc, register := range map[string]reg{
@@ -195,7 +207,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		if err != nil {
 			return result{}, err
 		}
-		if err := register(w, nil); err != nil {
+		if err := register(w, execs.observe); err != nil {
 			return result{}, err
 		}
 		goRun(svc, w.Run)
@@ -229,6 +241,16 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		return result{}, err
 	}
 	goRun("orchestrator", o.Run)
+	if opts.duplicates > 0 {
+		relay, err := duplicator.New(brokers, []string{
+			topics.CommandTopic(names.Inventory), topics.CommandTopic(names.Payment),
+			topics.CommandTopic(names.Shipping), topics.CallbackTopic(names.Domain),
+		}, opts.duplicates)
+		if err != nil {
+			return result{}, err
+		}
+		goRun("duplicator", relay.Run)
+	}
 	select {
 	case <-o.Running():
 	case <-ctx.Done():
@@ -309,6 +331,7 @@ loop:
 		compensationFailed: int(compFailed.Load()), elapsed: elapsed,
 	}
 	res.stuck = opts.sagas - (res.completed + res.compensated + res.compensationFailed)
+	res.duplicateExecutions = execs.duplicates()
 	if cass != nil {
 		res.hasStmts = true
 		res.stmtsPerSaga = float64(cass.Stats().Sub(stmts0).RoundTrips()) / float64(opts.sagas)
@@ -341,4 +364,35 @@ func (m *memSampler) String() string {
 	}
 	return fmt.Sprintf("memory: in_flight_peak=%d heap_in_use=%.1fMiB per_in_flight_saga=%.1fKiB (whole process: store, broker, workers included)",
 		m.peak, float64(m.heapPeak)/(1<<20), float64(m.heapPeak)/1024/float64(m.peak))
+}
+
+// execKey names one business step execution.
+type execKey struct {
+	tx   string
+	span int
+	kind topics.Kind
+}
+
+// executions counts business-handler runs per transaction, span and kind,
+// from inside the handlers (not from the framework's own counters).
+type executions struct {
+	mu   sync.Mutex
+	seen map[execKey]int32
+}
+
+func (e *executions) observe(s *worker.Step) {
+	e.mu.Lock()
+	e.seen[execKey{s.TxID, s.Span, s.Kind}]++
+	e.mu.Unlock()
+}
+
+// duplicates returns the runs beyond the first per key.
+func (e *executions) duplicates() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, c := range e.seen {
+		n += int(c) - 1
+	}
+	return n
 }

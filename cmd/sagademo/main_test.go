@@ -10,7 +10,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
 
-var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s( stmts_per_saga=\d+\.\d)?$`)
+var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)$`)
 
 // runDemo runs the demo with args and returns its summary fields.
 func runDemo(t *testing.T, args ...string) []int {
