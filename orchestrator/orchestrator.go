@@ -63,7 +63,7 @@ type Orchestrator[T any] struct {
 
 type counters struct {
 	started, replies, stale, commands, deadLettered atomic.Int64
-	completed, compensated, compensationFailed         atomic.Int64
+	completed, compensated, compensationFailed      atomic.Int64
 }
 
 // Stats is a snapshot of an orchestrator's counters.
