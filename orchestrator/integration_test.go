@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
@@ -40,13 +41,44 @@ type rig struct {
 	runs    map[string]int      // tx/span/kind → executions
 }
 
-func newRig(t *testing.T) *rig {
+// storeKinds are the event stores the engine's integration tests run on.
+var storeKinds = []string{"memory", "cassandra"}
+
+// newStore returns an event store of kind for the test.
+func newStore(t *testing.T, kind string) eventstore.Store {
+	t.Helper()
+	if kind == "memory" {
+		return memory.New()
+	}
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	cfg := cassandra.DefaultConfig()
+	cfg.ContactPoints, cfg.Keyspace = hosts, keyspace
+	cfg.Replication = cassandra.SimpleReplication(1)
+	cfg.CreateSchema = true
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := cassandra.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// onEachStore runs f as a subtest per store kind.
+func onEachStore(t *testing.T, f func(t *testing.T, kind string)) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) { f(t, kind) })
+	}
+}
+
+func newRig(t *testing.T, storeKind string) *rig {
 	t.Helper()
 	u := testenv.UniqueName(t, "it")
 	r := &rig{
 		t: t, brokers: testenv.KafkaBrokers(t),
 		domain: "order-" + u, svcStock: "stock-" + u, svcPay: "pay-" + u,
-		store: memory.New(), reverts: map[string][]string{}, runs: map[string]int{},
+		store: newStore(t, storeKind), reverts: map[string][]string{}, runs: map[string]int{},
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
 	if err != nil {
@@ -192,122 +224,134 @@ func expectAll(t *testing.T, got map[string]eventstore.State, want eventstore.St
 }
 
 func TestKafka200ConcurrentSagasComplete(t *testing.T) {
-	r := newRig(t)
-	r.startWorker(r.svcStock)
-	r.startWorker(r.svcPay)
-	o, _ := r.startOrchestrator()
-	ids := startConcurrently(t, o, 200)
-	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.runs) != 600 {
-		t.Errorf("%d distinct executions, want 600", len(r.runs))
-	}
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		o, _ := r.startOrchestrator()
+		ids := startConcurrently(t, o, 200)
+		expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.runs) != 600 {
+			t.Errorf("%d distinct executions, want 600", len(r.runs))
+		}
+	})
 }
 
 func TestKafkaFailingLastStepCompensatesInReverse(t *testing.T) {
-	r := newRig(t)
-	r.failShip.Store(true)
-	r.startWorker(r.svcStock)
-	r.startWorker(r.svcPay)
-	o, _ := r.startOrchestrator()
-	ids := startConcurrently(t, o, 100)
-	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompensated)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, id := range ids {
-		if want := []string{"charge", "reserve"}; !slices.Equal(r.reverts[id], want) {
-			t.Fatalf("%s: compensations %v, want %v", id, r.reverts[id], want)
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.failShip.Store(true)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		o, _ := r.startOrchestrator()
+		ids := startConcurrently(t, o, 100)
+		expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompensated)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, id := range ids {
+			if want := []string{"charge", "reserve"}; !slices.Equal(r.reverts[id], want) {
+				t.Fatalf("%s: compensations %v, want %v", id, r.reverts[id], want)
+			}
 		}
-	}
+	})
 }
 
 func TestKafkaFailingCompensationTerminates(t *testing.T) {
-	r := newRig(t)
-	r.failShip.Store(true)
-	r.failRefund.Store(true)
-	r.startWorker(r.svcStock)
-	r.startWorker(r.svcPay)
-	o, _ := r.startOrchestrator()
-	ids := startConcurrently(t, o, 20)
-	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompensationFailed)
-	frozen, err := r.store.ListFrozen(context.Background(), o.Scope(), 100)
-	if err != nil || len(frozen) != 20 {
-		t.Fatalf("frozen: %d, %v", len(frozen), err)
-	}
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.failShip.Store(true)
+		r.failRefund.Store(true)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		o, _ := r.startOrchestrator()
+		ids := startConcurrently(t, o, 20)
+		expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompensationFailed)
+		frozen, err := r.store.ListFrozen(context.Background(), o.Scope(), 100)
+		if err != nil || len(frozen) != 20 {
+			t.Fatalf("frozen: %d, %v", len(frozen), err)
+		}
+	})
 }
 
 func TestKafkaWorkerRestartLosesNoSaga(t *testing.T) {
-	r := newRig(t)
-	r.slowPay.Store(20)
-	r.startWorker(r.svcStock)
-	stopPay := r.startWorker(r.svcPay)
-	o, _ := r.startOrchestrator()
-	ids := startConcurrently(t, o, 200)
-	waitFor(t, time.Minute, "some charges", func() bool { return o.Stats().Replies >= 250 })
-	stopPay()
-	if n := o.Stats().Completed; n >= 200 {
-		t.Fatalf("all sagas completed before the restart; the test proves nothing")
-	}
-	r.startWorker(r.svcPay)
-	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.slowPay.Store(20)
+		r.startWorker(r.svcStock)
+		stopPay := r.startWorker(r.svcPay)
+		o, _ := r.startOrchestrator()
+		ids := startConcurrently(t, o, 200)
+		waitFor(t, time.Minute, "some charges", func() bool { return o.Stats().Replies >= 250 })
+		stopPay()
+		if n := o.Stats().Completed; n >= 200 {
+			t.Fatalf("all sagas completed before the restart; the test proves nothing")
+		}
+		r.startWorker(r.svcPay)
+		expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
+	})
 }
 
 func TestKafkaOrchestratorRestartResumes(t *testing.T) {
-	r := newRig(t)
-	r.slowPay.Store(20)
-	r.startWorker(r.svcStock)
-	r.startWorker(r.svcPay)
-	o1, stop := r.startOrchestrator()
-	ids := startConcurrently(t, o1, 200)
-	waitFor(t, time.Minute, "some replies", func() bool { return o1.Stats().Replies >= 250 })
-	stop()
-	if n := o1.Stats().Completed; n >= 200 {
-		t.Fatalf("all sagas completed before the restart; the test proves nothing")
-	}
-	o2, _ := r.startOrchestrator()
-	expectAll(t, waitTerminal(t, o2, ids, 2*time.Minute), eventstore.StateCompleted)
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.slowPay.Store(20)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		o1, stop := r.startOrchestrator()
+		ids := startConcurrently(t, o1, 200)
+		waitFor(t, time.Minute, "some replies", func() bool { return o1.Stats().Replies >= 250 })
+		stop()
+		if n := o1.Stats().Completed; n >= 200 {
+			t.Fatalf("all sagas completed before the restart; the test proves nothing")
+		}
+		o2, _ := r.startOrchestrator()
+		expectAll(t, waitTerminal(t, o2, ids, 2*time.Minute), eventstore.StateCompleted)
+	})
 }
 
 func TestKafkaMalformedRecordsAreDeadLettered(t *testing.T) {
-	r := newRig(t)
-	r.startWorker(r.svcStock)
-	r.startWorker(r.svcPay)
-	o, _ := r.startOrchestrator()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	targets := []string{topics.CommandTopic(r.svcStock), topics.CommandTopic(r.svcPay), topics.CallbackTopic(r.domain)}
-	for _, tp := range targets {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: tp, Key: []byte("bad"), Value: []byte{0xc1, 0x00, 0x01}}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Good sagas after the bad records are processed.
-	ids := startConcurrently(t, o, 10)
-	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
-	for _, tp := range targets {
-		dlt := topics.DeadLetterTopic(tp)
-		c, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		o, _ := r.startOrchestrator()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs := c.PollFetches(ctx)
-		c.Close()
-		if err := fs.Err(); err != nil {
-			t.Fatalf("%s: %v", dlt, err)
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		targets := []string{topics.CommandTopic(r.svcStock), topics.CommandTopic(r.svcPay), topics.CallbackTopic(r.domain)}
+		for _, tp := range targets {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: tp, Key: []byte("bad"), Value: []byte{0xc1, 0x00, 0x01}}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
 		}
-		recs := fs.Records()
-		if len(recs) != 1 {
-			t.Errorf("%s: %d dead letters, want 1", dlt, len(recs))
-			continue
+		// Good sagas after the bad records are processed.
+		ids := startConcurrently(t, o, 10)
+		expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
+		for _, tp := range targets {
+			dlt := topics.DeadLetterTopic(tp)
+			c, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs := c.PollFetches(ctx)
+			c.Close()
+			if err := fs.Err(); err != nil {
+				t.Fatalf("%s: %v", dlt, err)
+			}
+			recs := fs.Records()
+			if len(recs) != 1 {
+				t.Errorf("%s: %d dead letters, want 1", dlt, len(recs))
+				continue
+			}
+			if recs[0].Value[0] != 0xc1 || topics.DeadLetterReason(recs[0]) == "" {
+				t.Errorf("%s: value %x, reason %q", dlt, recs[0].Value, topics.DeadLetterReason(recs[0]))
+			}
 		}
-		if recs[0].Value[0] != 0xc1 || topics.DeadLetterReason(recs[0]) == "" {
-			t.Errorf("%s: value %x, reason %q", dlt, recs[0].Value, topics.DeadLetterReason(recs[0]))
-		}
-	}
+	})
 }
