@@ -126,7 +126,6 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	kopts := []kgo.Opt{
 		kgo.ConsumerGroup(cfg.group(service, domain.Name)),
 		kgo.ConsumeTopics(o.cbTopic),
-		kgo.ProducerLinger(0),
 	}
 	if len(cfg.brokers) > 0 {
 		kopts = append(kopts, kgo.SeedBrokers(cfg.brokers...))

@@ -52,11 +52,15 @@ func (o *Options) defaults() {
 	}
 }
 
-// ClientOpts returns the kgo options Run relies on: rebalances blocked while
-// a polled batch is processed, offsets committed only for marked records,
+// ClientOpts returns the kgo options Run relies on: no producer linger,
+// rebalances blocked while a polled batch is processed, offsets committed only for marked records,
 // and marked offsets committed when partitions are revoked.
 func ClientOpts() []kgo.Opt {
 	return []kgo.Opt{
+		// Handlers produce synchronously before a batch can be marked, so a
+		// linger only adds latency: concurrent records still share produce
+		// requests while one is in flight.
+		kgo.ProducerLinger(0),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(500 * time.Millisecond),
