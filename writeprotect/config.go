@@ -1,0 +1,332 @@
+package writeprotect
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Mode is a write-protection mode (the seed's ConsistencyMode).
+type Mode string
+
+// Modes.
+const (
+	// Strict takes an exclusive lease with a conditional insert (a Cassandra
+	// LWT) before running a step, so a step runs once even when the same
+	// command reaches two worker instances at the same time.
+	Strict Mode = "STRICT"
+	// RelaxedWithDedup reads the step's marker and skips the step if it was
+	// committed; otherwise it runs the step and writes the marker with one
+	// plain write. It costs no LWT and stops sequential duplicates, not
+	// concurrent ones.
+	RelaxedWithDedup Mode = "RELAXED_WITH_DEDUP"
+)
+
+// Defaults (seed 000's property table).
+const (
+	// DefaultMode applies to domains without a mode of their own.
+	DefaultMode = RelaxedWithDedup
+	// DefaultLease is the STRICT lease of domains without one of their own.
+	DefaultLease = 5 * time.Second
+)
+
+// ErrInvalidConfig is wrapped by every configuration error.
+var ErrInvalidConfig = errors.New("writeprotect: invalid configuration")
+
+// ParseMode parses a mode name: STRICT or RELAXED_WITH_DEDUP, in any case,
+// with '-' accepted for '_'.
+func ParseMode(s string) (Mode, error) {
+	m := Mode(strings.ReplaceAll(strings.ToUpper(strings.TrimSpace(s)), "-", "_"))
+	if !m.valid() {
+		return "", fmt.Errorf("writeprotect: unknown mode %q (want %s or %s)", s, Strict, RelaxedWithDedup)
+	}
+	return m, nil
+}
+
+func (m Mode) valid() bool { return m == Strict || m == RelaxedWithDedup }
+
+// String returns the mode's configuration name.
+func (m Mode) String() string { return string(m) }
+
+// DomainConfig overrides the defaults for one saga domain. Zero fields
+// take Config's defaults.
+type DomainConfig struct {
+	// Mode of the domain; "" means Config.DefaultMode.
+	Mode Mode
+	// Lease is the STRICT lease of the domain; 0 means Config.DefaultLease.
+	Lease time.Duration
+}
+
+// Config is the write-protection configuration: the YAML keys under
+// stacksaga.cassandra.write-protection. Zero fields take the defaults
+// named in their comments.
+type Config struct {
+	// DefaultMode applies to domains not in Domains (default-mode).
+	// "" means RelaxedWithDedup.
+	DefaultMode Mode
+	// DefaultLease is the STRICT lease (default-lease-duration): how long an
+	// execution holds its step before another instance may take it over.
+	// Leases are whole seconds (Cassandra TTLs); a fraction is rounded up.
+	// 0 means 5s.
+	DefaultLease time.Duration
+	// Domains overrides the defaults per saga domain (the command's
+	// topics.Envelope.Domain), keyed by domain name (domains.<name>).
+	Domains map[string]DomainConfig
+}
+
+// keyPrefix is the prefix of every configuration key.
+const keyPrefix = "stacksaga.cassandra.write-protection."
+
+// DefaultConfig returns the defaults: RELAXED_WITH_DEDUP with a 5s lease,
+// no domain overrides.
+func DefaultConfig() Config { return Config{DefaultMode: DefaultMode, DefaultLease: DefaultLease} }
+
+// withDefaults fills the zero defaults.
+func (c Config) withDefaults() Config {
+	if c.DefaultMode == "" {
+		c.DefaultMode = DefaultMode
+	}
+	if c.DefaultLease == 0 {
+		c.DefaultLease = DefaultLease
+	}
+	return c
+}
+
+// Resolve returns the effective mode and lease of domain.
+func (c Config) Resolve(domain string) DomainConfig {
+	c = c.withDefaults()
+	d := c.Domains[domain]
+	if d.Mode == "" {
+		d.Mode = c.DefaultMode
+	}
+	if d.Lease == 0 {
+		d.Lease = c.DefaultLease
+	}
+	return d
+}
+
+// Validate reports every problem of c at once (errors.Join), each naming
+// its full key, sorted by key; the result wraps ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf(keyPrefix+key+": "+format, args...))
+	}
+	if c.DefaultMode != "" && !c.DefaultMode.valid() {
+		bad("default-mode", "unknown mode %q (want %s or %s)", string(c.DefaultMode), Strict, RelaxedWithDedup)
+	}
+	if c.DefaultLease < 0 {
+		bad("default-lease-duration", "must be positive, got %v", c.DefaultLease)
+	}
+	for name, d := range c.Domains {
+		if strings.TrimSpace(name) == "" {
+			bad("domains", "empty domain name")
+			continue
+		}
+		if d.Mode != "" && !d.Mode.valid() {
+			bad("domains."+name+".mode", "unknown mode %q (want %s or %s)", string(d.Mode), Strict, RelaxedWithDedup)
+		}
+		if d.Lease < 0 {
+			bad("domains."+name+".lease-duration", "must be positive, got %v", d.Lease)
+		}
+	}
+	return joinConfigErrors(errs)
+}
+
+func joinConfigErrors(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
+}
+
+// file is the YAML document; only stacksaga.cassandra.write-protection is
+// read. Scalars are taken as strings so that a bad value is reported with
+// its key instead of as a YAML type error.
+type file struct {
+	Stacksaga struct {
+		Cassandra struct {
+			WriteProtection rawConfig `yaml:"write-protection"`
+		} `yaml:"cassandra"`
+	} `yaml:"stacksaga"`
+}
+
+type rawConfig struct {
+	DefaultMode  *string              `yaml:"default-mode"`
+	DefaultLease *string              `yaml:"default-lease-duration"`
+	Domains      map[string]rawDomain `yaml:"domains"`
+}
+
+type rawDomain struct {
+	Mode  *string `yaml:"mode"`
+	Lease *string `yaml:"lease-duration"`
+}
+
+// LoadConfig reads the stacksaga.cassandra.write-protection section of a
+// YAML document, applies the environment overrides (see ApplyEnv) from the
+// process environment, fills defaults and validates. Other keys are
+// ignored. A key set to null takes its default. Durations are Go durations
+// ("5s", "1m30s") or ISO-8601 ("PT5S"); a bare number is refused (its unit
+// would be ambiguous).
+func LoadConfig(data []byte) (Config, error) {
+	return LoadConfigWithEnv(data, os.LookupEnv)
+}
+
+// LoadConfigFile is LoadConfig on the contents of the file at path.
+func LoadConfigFile(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("writeprotect: read configuration: %w", err)
+	}
+	c, err := LoadConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// LoadConfigWithEnv is LoadConfig with the environment read through lookup
+// (nil: no environment overrides).
+func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config, error) {
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	var f file
+	if len(bytes.TrimSpace(data)) > 0 {
+		if err := yaml.Unmarshal(data, &f); err != nil {
+			return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	raw := f.Stacksaga.Cassandra.WriteProtection
+	c := DefaultConfig()
+	var errs []error
+	mode := func(key string, s *string, dst *Mode) {
+		if s == nil || strings.TrimSpace(*s) == "" {
+			return
+		}
+		m, err := ParseMode(*s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s%s: unknown mode %q (want %s or %s)", keyPrefix, key, *s, Strict, RelaxedWithDedup))
+			return
+		}
+		*dst = m
+	}
+	dur := func(key string, s *string, dst *time.Duration) {
+		if s == nil || strings.TrimSpace(*s) == "" {
+			return
+		}
+		d, err := ParseDuration(*s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s%s: %w", keyPrefix, key, err))
+			return
+		}
+		*dst = d
+	}
+	mode("default-mode", raw.DefaultMode, &c.DefaultMode)
+	dur("default-lease-duration", raw.DefaultLease, &c.DefaultLease)
+	if len(raw.Domains) > 0 {
+		c.Domains = make(map[string]DomainConfig, len(raw.Domains))
+		for name, rd := range raw.Domains {
+			var d DomainConfig
+			mode("domains."+name+".mode", rd.Mode, &d.Mode)
+			dur("domains."+name+".lease-duration", rd.Lease, &d.Lease)
+			c.Domains[name] = d
+		}
+	}
+	if err := c.ApplyEnv(lookup); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return Config{}, joinConfigErrors(errs)
+	}
+	// A zero duration written explicitly means the default, as null does.
+	c = c.withDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Environment variables that override configuration keys: the key's path
+// upper-cased with '.' and '-' turned into '_'. Domain keys have none
+// (domain names may contain characters that variables cannot).
+const (
+	EnvDefaultMode  = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_DEFAULT_MODE"
+	EnvDefaultLease = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_DEFAULT_LEASE_DURATION"
+)
+
+// ApplyEnv overrides DefaultMode and DefaultLease from EnvDefaultMode and
+// EnvDefaultLease (set and non-empty ones only), looked up with lookup
+// (os.LookupEnv in LoadConfig). An unparsable value is reported naming the
+// variable and the key.
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
+	get := func(name string) (string, bool) {
+		v, ok := lookup(name)
+		v = strings.TrimSpace(v)
+		return v, ok && v != ""
+	}
+	var errs []error
+	if v, ok := get(EnvDefaultMode); ok {
+		m, err := ParseMode(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s (%sdefault-mode): %w", EnvDefaultMode, keyPrefix, err))
+		} else {
+			c.DefaultMode = m
+		}
+	}
+	if v, ok := get(EnvDefaultLease); ok {
+		d, err := ParseDuration(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s (%sdefault-lease-duration): %w", EnvDefaultLease, keyPrefix, err))
+		} else {
+			c.DefaultLease = d
+		}
+	}
+	return joinConfigErrors(errs)
+}
+
+var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$`)
+
+// ParseDuration parses a Go duration ("5s", "1m30s", "500ms") or an
+// ISO-8601 duration of days, hours, minutes and seconds ("PT5S", "P1DT2H").
+// A bare number is refused: its unit would be ambiguous.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return 0, fmt.Errorf("writeprotect: duration %q needs a unit, e.g. %ss", s, s)
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return d, nil
+	}
+	up := strings.ToUpper(s)
+	if m := isoDuration.FindStringSubmatch(up); m != nil && up != "P" && up != "PT" && !strings.HasSuffix(up, "T") {
+		var d time.Duration
+		for i, unit := range []time.Duration{24 * time.Hour, time.Hour, time.Minute} {
+			if m[i+1] != "" {
+				n, err := strconv.ParseInt(m[i+1], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("writeprotect: duration %q: %w", s, err)
+				}
+				d += time.Duration(n) * unit
+			}
+		}
+		if m[4] != "" {
+			f, err := strconv.ParseFloat(m[4], 64)
+			if err != nil {
+				return 0, fmt.Errorf("writeprotect: duration %q: %w", s, err)
+			}
+			d += time.Duration(f * float64(time.Second))
+		}
+		return d, nil
+	}
+	return 0, fmt.Errorf("writeprotect: invalid duration %q (want e.g. 5s, 500ms or PT5S)", s)
+}

@@ -1,0 +1,492 @@
+package writeprotect
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	randv2 "math/rand/v2"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// Store is the part of eventstore.Store a Guard uses; eventstore.Store
+// satisfies it. The markers live in the orchestrating service's partition
+// of es_execution_markers; LoadTransaction reads the saga's row for the
+// terminal fence.
+type Store interface {
+	InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (applied bool, existing eventstore.Marker, err error)
+	PutMarker(ctx context.Context, m eventstore.Marker) error
+	GetMarker(ctx context.Context, key eventstore.MarkerKey) (eventstore.Marker, error)
+	DeleteMarker(ctx context.Context, key eventstore.MarkerKey) error
+	LoadTransaction(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.Transaction, error)
+}
+
+// Errors.
+var (
+	// ErrLeaseHeld is returned by Execute when another execution's lease
+	// on the step outlived the wait; the worker tries the command again
+	// later.
+	ErrLeaseHeld = errors.New("writeprotect: lease held by another execution")
+	// ErrHanging is the error text of the non-retryable reply to an action
+	// refused because its compensation was already recorded.
+	ErrHanging = errors.New("writeprotect: hanging action refused: the step was already compensated before its action ran")
+	// ErrNoScope is the error text of the non-retryable reply to a command
+	// that names no orchestrating region, cluster and service, or no
+	// transaction, kind or endpoint: its marker has no key, and it is not
+	// run unprotected.
+	ErrNoScope = errors.New("writeprotect: command does not name its saga's scope, transaction, kind and endpoint")
+	// ErrMarker means a marker in an unknown state was found.
+	ErrMarker = errors.New("writeprotect: unexpected marker")
+)
+
+// SitePrefix starts the Site of every marker a Guard writes; the endpoint
+// name follows.
+const SitePrefix = "worker:"
+
+// MarkerKeyFor returns the key of cmd's marker: the orchestrating
+// service's scope (cmd.Region, Cluster, Service), the transaction, span and
+// kind, and the site SitePrefix+endpoint.
+func MarkerKeyFor(cmd *topics.Envelope) eventstore.MarkerKey {
+	return markerKey(cmd, cmd.Kind)
+}
+
+func markerKey(cmd *topics.Envelope, kind topics.Kind) eventstore.MarkerKey {
+	return eventstore.MarkerKey{
+		Scope: eventstore.Scope{Region: cmd.Region, Cluster: cmd.Cluster, Service: cmd.Service},
+		TxID:  cmd.TxID, Span: cmd.Span, Kind: string(kind), Site: SitePrefix + cmd.Endpoint,
+	}
+}
+
+// Guard is the write-protection layer of a worker: it implements
+// worker.Guard (pass it with worker.WithGuard). See the package
+// documentation for what it does. A Guard is safe for concurrent use; make
+// one per worker instance with New.
+type Guard struct {
+	store Store
+	cfg   Config
+	opts  options
+	log   *slog.Logger
+	seq   atomic.Uint64
+	stats counters
+}
+
+// New makes a Guard over store with cfg (validated; zero fields take the
+// defaults).
+func New(store Store, cfg Config, opts ...Option) (*Guard, error) {
+	o := options{
+		now:            time.Now,
+		log:            slog.Default(),
+		backoffInitial: DefaultBackoffInitial,
+		backoffMax:     DefaultBackoffMax,
+		commitTimeout:  DefaultCommitTimeout,
+		fence:          true,
+	}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	var errs []error
+	if store == nil {
+		errs = append(errs, errors.New("writeprotect: nil store"))
+	}
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.now == nil {
+		errs = append(errs, errors.New("writeprotect: nil clock"))
+	}
+	if o.log == nil {
+		errs = append(errs, errors.New("writeprotect: nil logger"))
+	}
+	if o.backoffInitial <= 0 || o.backoffMax < o.backoffInitial {
+		errs = append(errs, fmt.Errorf("writeprotect: backoff must satisfy 0 < initial <= max, got %v and %v", o.backoffInitial, o.backoffMax))
+	}
+	if o.commitTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("writeprotect: commit timeout must be positive, got %v", o.commitTimeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if o.owner == "" {
+		o.owner = defaultOwner()
+	}
+	return &Guard{store: store, cfg: cfg.withDefaults(), opts: o, log: o.log.With("component", "writeprotect")}, nil
+}
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// Stats returns the guard's counters.
+func (g *Guard) Stats() Stats { return g.stats.snapshot() }
+
+// Config returns the guard's configuration, defaults filled.
+func (g *Guard) Config() Config { return g.cfg }
+
+// Execute runs cmd through run at most once per (transaction, span, kind)
+// across every guard sharing the store, and returns the reply to send; it
+// implements worker.Guard. It returns (nil, nil) when there is nothing to
+// send (a late duplicate of a finished saga), and an error meaning "not
+// now" (a lease held elsewhere, the store unreachable). A panic in run
+// propagates without committing: a STRICT lease is left to expire, as
+// after a crash.
+func (g *Guard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
+	x := &execution{g: g, cmd: cmd, run: run, policy: g.cfg.Resolve(cmd.Domain)}
+	if (eventstore.Scope{Region: cmd.Region, Cluster: cmd.Cluster, Service: cmd.Service}).Validate() != nil ||
+		cmd.TxID == "" || cmd.Endpoint == "" || (cmd.Kind != topics.KindProcess && cmd.Kind != topics.KindRevert) {
+		g.log.ErrorContext(ctx, "writeprotect: refusing a command without scope", "tx", cmd.TxID, "span", cmd.Span, "kind", cmd.Kind,
+			"endpoint", cmd.Endpoint, "region", cmd.Region, "cluster", cmd.Cluster, "service", cmd.Service)
+		return x.unchanged(topics.OutcomeNonRetryable, ErrNoScope.Error()), nil
+	}
+	if cmd.Kind == topics.KindRevert {
+		reply, done, err := x.barrier(ctx)
+		if done || err != nil {
+			return reply, err
+		}
+	}
+	if x.policy.Mode == Strict {
+		return x.strict(ctx)
+	}
+	return x.relaxed(ctx)
+}
+
+// execution is one Execute call.
+type execution struct {
+	g      *Guard
+	cmd    *topics.Envelope
+	run    func(context.Context) *topics.Envelope
+	policy DomainConfig
+}
+
+func (x *execution) owner() string {
+	return x.g.opts.owner + "/" + strconv.FormatUint(x.g.seq.Add(1), 10)
+}
+
+func (x *execution) logArgs(args ...any) []any {
+	return append([]any{"tx", x.cmd.TxID, "span", x.cmd.Span, "kind", x.cmd.Kind, "endpoint", x.cmd.Endpoint, "attempt", x.cmd.Attempt}, args...)
+}
+
+func (x *execution) fail(what string, err error) error {
+	return fmt.Errorf("writeprotect: %s of %s span %d %s: %w", what, x.cmd.TxID, x.cmd.Span, x.cmd.Kind, err)
+}
+
+// barrier is the sub-transaction barrier of a compensation: it looks at the
+// marker of the action it compensates. A committed action lets the
+// compensation run (done=false). An action that never ran is recorded as
+// COMPENSATED_EMPTY with a conditional insert on the action's key, the same
+// key a STRICT action inserts its lease on, so exactly one of them wins;
+// the compensation then replies ok with the entity unchanged without
+// running (null compensation). A running action (a live lease) is waited
+// for.
+func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done bool, err error) {
+	pk := markerKey(x.cmd, topics.KindProcess)
+	w := x.g.newWaiter(x, x.policy.Lease)
+	for {
+		m, err := x.g.store.GetMarker(ctx, pk)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			applied, existing, err := x.g.store.InsertMarker(ctx, eventstore.Marker{
+				MarkerKey: pk, State: eventstore.MarkerCompensatedEmpty, Owner: x.owner(),
+			}, 0)
+			if err != nil {
+				return nil, true, x.fail("record null compensation", err)
+			}
+			if applied {
+				if fenced, err := x.fence(ctx, &pk); fenced || err != nil {
+					return nil, true, err
+				}
+				x.g.stats.nullComps.Add(1)
+				x.g.log.DebugContext(ctx, "writeprotect: null compensation: the action never ran", x.logArgs()...)
+				return x.unchanged(topics.OutcomeOK, ""), true, nil
+			}
+			m = existing
+		} else if err != nil {
+			return nil, true, x.fail("read action marker", err)
+		}
+		switch m.State {
+		case eventstore.MarkerCommitted:
+			return nil, false, nil
+		case eventstore.MarkerCompensatedEmpty:
+			x.g.stats.duplicates.Add(1)
+			x.g.log.DebugContext(ctx, "writeprotect: duplicate null compensation", x.logArgs()...)
+			return x.unchanged(topics.OutcomeOK, ""), true, nil
+		case eventstore.MarkerLeased:
+			if err := w.wait(ctx, m); err != nil {
+				return nil, true, err
+			}
+		default:
+			return nil, true, x.fail("check action", fmt.Errorf("%w: state %q", ErrMarker, m.State))
+		}
+	}
+}
+
+// strict runs the step under an exclusive lease: INSERT ... IF NOT EXISTS
+// USING TTL lease, run, then commit the marker permanently with the reply.
+func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
+	key := markerKey(x.cmd, x.cmd.Kind)
+	owner := x.owner()
+	w := x.g.newWaiter(x, x.policy.Lease)
+	var start, realStart time.Time
+	for {
+		// Measured before the insert: the lease starts later, when the
+		// store applies it, so deadlines derived from these are early.
+		start, realStart = x.g.opts.now(), time.Now()
+		applied, existing, err := x.g.store.InsertMarker(ctx, eventstore.Marker{
+			MarkerKey: key, State: eventstore.MarkerLeased, Owner: owner,
+		}, x.policy.Lease)
+		if err != nil {
+			return nil, x.fail("take lease", err)
+		}
+		if applied {
+			break
+		}
+		if reply, done, err := x.existing(ctx, existing, w); done || err != nil {
+			return reply, err
+		}
+	}
+	if fenced, err := x.fence(ctx, &key); fenced || err != nil {
+		return nil, err
+	}
+	lease := ceilSeconds(x.policy.Lease)
+	// The handler's context ends a fifth of the lease before the lease
+	// does, leaving time for the commit: a handler that honours its
+	// context never runs past its exclusivity.
+	rctx, cancel := context.WithDeadline(ctx, realStart.Add(lease-lease/5))
+	defer cancel()
+	x.g.stats.executions.Add(1)
+	reply := x.run(rctx)
+	if took := x.g.opts.now().Sub(start); took >= lease {
+		x.g.stats.overruns.Add(1)
+		x.g.log.WarnContext(ctx, "writeprotect: step ran longer than its lease; another instance may have run it too (raise the lease-duration)",
+			x.logArgs("took", took, "lease", lease)...)
+	}
+	return x.settle(ctx, key, owner, reply, true), nil
+}
+
+// relaxed reads the step's marker, skips a committed step, and otherwise
+// runs it and records the reply with one plain write.
+func (x *execution) relaxed(ctx context.Context) (*topics.Envelope, error) {
+	key := markerKey(x.cmd, x.cmd.Kind)
+	w := x.g.newWaiter(x, x.policy.Lease)
+	for {
+		m, err := x.g.store.GetMarker(ctx, key)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, x.fail("read marker", err)
+		}
+		if reply, done, err := x.existing(ctx, m, w); done || err != nil {
+			return reply, err
+		}
+	}
+	if fenced, err := x.fence(ctx, nil); fenced || err != nil {
+		return nil, err
+	}
+	x.g.stats.executions.Add(1)
+	reply := x.run(ctx)
+	return x.settle(ctx, key, x.owner(), reply, false), nil
+}
+
+// existing handles a marker found on the step's own key: done with the
+// reply to send, or not done after waiting for a live lease (try again).
+func (x *execution) existing(ctx context.Context, m eventstore.Marker, w *waiter) (*topics.Envelope, bool, error) {
+	switch {
+	case m.State == eventstore.MarkerCommitted:
+		return x.recorded(ctx, m), true, nil
+	case m.State == eventstore.MarkerCompensatedEmpty && x.cmd.Kind == topics.KindProcess:
+		x.g.stats.hanging.Add(1)
+		x.g.log.WarnContext(ctx, "writeprotect: hanging action refused: its compensation already ran", x.logArgs()...)
+		return x.unchanged(topics.OutcomeNonRetryable, ErrHanging.Error()), true, nil
+	case m.State == eventstore.MarkerLeased:
+		// In RELAXED mode this is the lease of a STRICT instance (the
+		// domain's mode differs between instances): wait for it too.
+		return nil, false, w.wait(ctx, m)
+	default:
+		return nil, true, x.fail("check marker", fmt.Errorf("%w: state %q", ErrMarker, m.State))
+	}
+}
+
+// fence reports whether the saga is terminal, in which case the command is
+// a late duplicate: the orchestrator deleted the saga's markers when it
+// ended, so the marker was not found. own, if set, is the marker this
+// execution just created; it is deleted when fenced (and when the fence
+// cannot be read, so that the retry does not wait for it).
+func (x *execution) fence(ctx context.Context, own *eventstore.MarkerKey) (bool, error) {
+	if !x.g.opts.fence {
+		return false, nil
+	}
+	scope := eventstore.Scope{Region: x.cmd.Region, Cluster: x.cmd.Cluster, Service: x.cmd.Service}
+	tx, err := x.g.store.LoadTransaction(ctx, scope, x.cmd.TxID)
+	switch {
+	case errors.Is(err, eventstore.ErrNotFound):
+		// Not in this store (or not yet written): nothing to fence on.
+		return false, nil
+	case err != nil:
+		x.drop(ctx, own)
+		return false, x.fail("read saga for the terminal fence", err)
+	case !tx.State.Terminal():
+		return false, nil
+	}
+	x.drop(ctx, own)
+	x.g.stats.fenced.Add(1)
+	x.g.log.WarnContext(ctx, "writeprotect: late duplicate of a finished saga dropped", x.logArgs("state", tx.State)...)
+	return true, nil
+}
+
+// drop deletes the marker this execution created, if any.
+func (x *execution) drop(ctx context.Context, own *eventstore.MarkerKey) {
+	if own == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
+	defer cancel()
+	if err := x.g.store.DeleteMarker(cctx, *own); err != nil {
+		x.g.log.WarnContext(ctx, "writeprotect: could not delete a marker (a lease expires by itself)", x.logArgs("err", err)...)
+	}
+}
+
+// settle records the outcome of a run. A retryable outcome (or no reply)
+// is not recorded, so the re-driven step runs again; a STRICT lease is
+// deleted for it. Any other outcome is committed permanently with the
+// encoded reply, which duplicates get instead of running. The write is not
+// bound by ctx: the step ran, its outcome must be recorded.
+func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner string, reply *topics.Envelope, leased bool) *topics.Envelope {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
+	defer cancel()
+	if reply == nil || reply.Outcome == topics.OutcomeRetryable {
+		x.g.stats.released.Add(1)
+		if leased {
+			x.drop(ctx, &key)
+		}
+		return reply
+	}
+	rec, err := encodeReply(x.cmd, reply)
+	if err != nil {
+		x.g.stats.commitFailures.Add(1)
+		x.g.log.ErrorContext(ctx, "writeprotect: cannot encode the reply to record it", x.logArgs("err", err)...)
+		if leased {
+			x.drop(ctx, &key)
+		}
+		return reply
+	}
+	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec}
+	delay := x.g.opts.backoffInitial
+	for attempt := 1; ; attempt++ {
+		err = x.g.store.PutMarker(cctx, m)
+		if err == nil || attempt == 3 || cctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(delay):
+		case <-cctx.Done():
+		}
+		delay = min(2*delay, x.g.opts.backoffMax)
+	}
+	if err != nil {
+		x.g.stats.commitFailures.Add(1)
+		x.g.log.ErrorContext(ctx, "writeprotect: step ran but its marker could not be committed; a redelivery may run it again",
+			x.logArgs("err", err)...)
+	}
+	return reply
+}
+
+// recorded returns the reply recorded in a committed marker, addressed to
+// cmd (its attempt and trace: a re-driven command gets a reply the
+// orchestrator accepts).
+func (x *execution) recorded(ctx context.Context, m eventstore.Marker) *topics.Envelope {
+	rep, err := topics.Decode(m.Reply)
+	if err != nil {
+		// The step ran but what it replied is lost: fail it so the saga
+		// compensates (the step included) instead of hanging.
+		x.g.log.ErrorContext(ctx, "writeprotect: unreadable recorded reply", x.logArgs("err", err)...)
+		x.g.stats.duplicates.Add(1)
+		return x.unchanged(topics.OutcomeNonRetryable, fmt.Sprintf("writeprotect: the step already ran but its recorded reply is unreadable: %v", err))
+	}
+	x.g.stats.duplicates.Add(1)
+	x.g.log.DebugContext(ctx, "writeprotect: duplicate skipped, recorded reply re-sent", x.logArgs("outcome", rep.Outcome)...)
+	address(rep, x.cmd)
+	return rep
+}
+
+// unchanged is a reply that leaves the entity and hints as they were.
+func (x *execution) unchanged(outcome topics.Outcome, msg string) *topics.Envelope {
+	rep := &topics.Envelope{Outcome: outcome, Error: msg, Payload: x.cmd.Payload, Hints: x.cmd.Hints}
+	address(rep, x.cmd)
+	return rep
+}
+
+// address sets the routing fields of a reply to cmd.
+func address(rep, cmd *topics.Envelope) {
+	rep.Type = topics.TypeReply
+	rep.Region, rep.Cluster, rep.Service = cmd.Region, cmd.Cluster, cmd.Service
+	rep.Domain, rep.TxID, rep.Span, rep.Kind, rep.Endpoint = cmd.Domain, cmd.TxID, cmd.Span, cmd.Kind, cmd.Endpoint
+	rep.IdempotencyKey, rep.Attempt, rep.Trace = cmd.IdempotencyKey, cmd.Attempt, cmd.Trace
+	rep.ReplyTo, rep.SentAt, rep.SentMs = "", time.Time{}, 0
+}
+
+// encodeReply encodes a copy of reply, addressed to cmd, for a marker.
+func encodeReply(cmd, reply *topics.Envelope) ([]byte, error) {
+	c := *reply
+	address(&c, cmd)
+	return topics.Encode(&c)
+}
+
+// ceilSeconds rounds d up to whole seconds, as the store does with leases.
+func ceilSeconds(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// waiter paces the tries of an execution waiting for another one's lease.
+type waiter struct {
+	x        *execution
+	lease    time.Duration
+	started  bool
+	deadline time.Time
+	delay    time.Duration
+}
+
+func (g *Guard) newWaiter(x *execution, lease time.Duration) *waiter {
+	return &waiter{x: x, lease: lease, delay: g.opts.backoffInitial}
+}
+
+// wait pauses before the next try, or returns ErrLeaseHeld once the lease
+// seen first (or the domain's lease, if longer) plus a second has passed on
+// the guard's clock without the step being committed or freed.
+func (w *waiter) wait(ctx context.Context, m eventstore.Marker) error {
+	g := w.x.g
+	now := g.opts.now()
+	if !w.started {
+		w.started = true
+		g.stats.leaseWaits.Add(1)
+		w.deadline = now.Add(max(m.TTL, ceilSeconds(w.lease)) + time.Second)
+	} else if now.After(w.deadline) {
+		g.stats.leaseHeld.Add(1)
+		return w.x.fail("wait for lease", fmt.Errorf("%w (owner %s, %v left)", ErrLeaseHeld, m.Owner, m.TTL))
+	}
+	d := w.delay/2 + randv2.N(w.delay/2+1)
+	w.delay = min(2*w.delay, g.opts.backoffMax)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return w.x.fail("wait for lease", ctx.Err())
+	}
+}

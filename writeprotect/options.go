@@ -1,0 +1,83 @@
+package writeprotect
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults of the options.
+const (
+	// DefaultBackoffInitial is the first pause of a guard waiting for
+	// another execution's lease.
+	DefaultBackoffInitial = 10 * time.Millisecond
+	// DefaultBackoffMax caps the pauses (doubled from the initial one).
+	DefaultBackoffMax = 250 * time.Millisecond
+	// DefaultCommitTimeout bounds the write that commits (or releases) a
+	// step's marker after the step ran.
+	DefaultCommitTimeout = 10 * time.Second
+)
+
+// Option configures a Guard.
+type Option interface{ apply(*options) }
+
+type optFunc func(*options)
+
+func (f optFunc) apply(o *options) { f(o) }
+
+type options struct {
+	now            func() time.Time
+	log            *slog.Logger
+	owner          string
+	backoffInitial time.Duration
+	backoffMax     time.Duration
+	commitTimeout  time.Duration
+	fence          bool
+}
+
+// WithClock sets the clock that measures leases: how long a guard waits
+// for another execution's lease, and whether a step outlived its own. Give
+// the store the same clock (memory.WithClock) when testing on a fake one.
+// Default time.Now. Pauses between tries are real time (WithBackoff).
+func WithClock(now func() time.Time) Option {
+	return optFunc(func(o *options) { o.now = now })
+}
+
+// WithLogger sets the logger, overriding slog.Default(). The guard logs
+// skipped duplicates at Debug, refused hanging actions, fenced late
+// duplicates and lease overruns at Warn, failed commits at Error.
+func WithLogger(l *slog.Logger) Option {
+	return optFunc(func(o *options) { o.log = l })
+}
+
+// WithOwner sets the instance id that prefixes the owner of every lease the
+// guard takes (each execution appends a sequence number, so owners are
+// unique per attempt). Default: host name, process id and a random suffix.
+func WithOwner(id string) Option {
+	return optFunc(func(o *options) { o.owner = id })
+}
+
+// WithBackoff sets the pauses of a guard waiting for another execution's
+// lease to be committed or to expire: initial, doubled up to max, each
+// jittered down by up to half. Defaults DefaultBackoffInitial (10ms) and
+// DefaultBackoffMax (250ms).
+func WithBackoff(initial, max time.Duration) Option {
+	return optFunc(func(o *options) { o.backoffInitial, o.backoffMax = initial, max })
+}
+
+// WithCommitTimeout bounds the write that records a step's outcome after
+// it ran, overriding DefaultCommitTimeout (10s). That write is not bound
+// by the caller's context: a step that ran is recorded even if the caller
+// gave up meanwhile.
+func WithCommitTimeout(d time.Duration) Option {
+	return optFunc(func(o *options) { o.commitTimeout = d })
+}
+
+// WithoutTerminalFence turns off the terminal fence: by default, before
+// running a step whose marker it did not find, the guard reads the saga's
+// row (Store.LoadTransaction, one read) and drops the command if the saga
+// is terminal, because the orchestrator deletes a terminal saga's markers
+// and a late duplicate would otherwise run again. Turn it off only when the
+// worker's store does not hold the orchestrator's saga rows.
+func WithoutTerminalFence() Option {
+	return optFunc(func(o *options) { o.fence = false })
+}

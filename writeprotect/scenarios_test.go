@@ -1,0 +1,426 @@
+package writeprotect_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/topics"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
+)
+
+var modes = []writeprotect.Mode{writeprotect.Strict, writeprotect.RelaxedWithDedup}
+
+// scale sizes the scenarios per backend (Cassandra LWTs are slow on a
+// small machine).
+type scale struct {
+	concurrentTxs, instances, raceTxs int
+}
+
+// runScenarios runs every store-backed scenario on the backend newBackend
+// returns (a fresh one or a shared one; scopes are unique per subtest).
+func runScenarios(t *testing.T, sc scale, newBackend func(t *testing.T) *backend) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Run("SequentialDuplicates", func(t *testing.T) { scenarioSequential(t, newBackend(t), mode) })
+			t.Run("Retryable", func(t *testing.T) { scenarioRetryable(t, newBackend(t), mode) })
+			t.Run("NullCompensationAndHanging", func(t *testing.T) { scenarioNullAndHanging(t, newBackend(t), mode) })
+			t.Run("Compensation", func(t *testing.T) { scenarioCompensation(t, newBackend(t), mode) })
+			t.Run("TerminalFence", func(t *testing.T) { scenarioTerminalFence(t, newBackend(t), mode) })
+			t.Run("ReplyAddressedToRedrive", func(t *testing.T) { scenarioRedrive(t, newBackend(t), mode) })
+		})
+	}
+	t.Run("STRICT/ConcurrentInstances", func(t *testing.T) { scenarioConcurrent(t, newBackend(t), sc) })
+	t.Run("STRICT/CrashBetweenLeaseAndCommit", func(t *testing.T) { scenarioCrashPanic(t, newBackend(t)) })
+	t.Run("STRICT/AbandonedLease", func(t *testing.T) { scenarioAbandonedLease(t, newBackend(t), sc.instances) })
+	t.Run("STRICT/CompensationRacesAction", func(t *testing.T) { scenarioRace(t, newBackend(t), sc.raceTxs) })
+}
+
+// The same command K times, on two instances one after the other: one
+// run, identical replies.
+func scenarioSequential(t *testing.T, b *backend, mode writeprotect.Mode) {
+	scope := uniqueScope(t)
+	g1, g2 := b.guard(t, mode), b.guard(t, mode)
+	var h handler
+	cmd := command(scope, "tx-seq", 1, topics.KindProcess)
+	var replies []*topics.Envelope
+	for i := range 6 {
+		g := g1
+		if i%2 == 1 {
+			g = g2
+		}
+		replies = append(replies, execute(t, g, cmd, h.run(cmd)))
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	for i, r := range replies {
+		if err := sameReply(replies[0], r); err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+	}
+	if r := replies[0]; r.Outcome != topics.OutcomeOK || str(r.Payload) != "entity-v1|process-run-1" || r.Hints["ran"] != "1" {
+		t.Fatalf("reply %+v", r)
+	}
+	st := sumStats(g1, g2)
+	if st.Executions != 1 || st.DuplicatesSkipped != 5 {
+		t.Fatalf("stats %+v", st)
+	}
+	m, err := b.store.GetMarker(context.Background(), writeprotect.MarkerKeyFor(cmd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.State != eventstore.MarkerCommitted || m.TTL != 0 || len(m.Reply) == 0 {
+		t.Fatalf("marker %+v, want COMMITTED, permanent, with the reply", m)
+	}
+	if m.Site != "worker:charge" || m.Span != 1 || m.Kind != "process" || m.Scope != scope {
+		t.Fatalf("marker key %+v", m.MarkerKey)
+	}
+}
+
+// A retryable outcome is not recorded: the re-driven step runs again; the
+// ok outcome that follows is, and stops later duplicates.
+func scenarioRetryable(t *testing.T, b *backend, mode writeprotect.Mode) {
+	scope := uniqueScope(t)
+	g := b.guard(t, mode)
+	h := handler{outcome: topics.OutcomeRetryable}
+	cmd := command(scope, "tx-retry", 2, topics.KindProcess)
+	if r := execute(t, g, cmd, h.run(cmd)); r.Outcome != topics.OutcomeRetryable {
+		t.Fatalf("first reply %+v", r)
+	}
+	if _, err := b.store.GetMarker(context.Background(), writeprotect.MarkerKeyFor(cmd)); !errors.Is(err, eventstore.ErrNotFound) {
+		t.Fatalf("marker after a retryable outcome: %v, want none", err)
+	}
+	h.outcome = topics.OutcomeOK
+	cmd2 := *cmd
+	cmd2.Attempt = 2
+	first := execute(t, g, &cmd2, h.run(&cmd2))
+	again := execute(t, g, &cmd2, h.run(&cmd2))
+	if h.runs.Load() != 2 || first.Outcome != topics.OutcomeOK {
+		t.Fatalf("runs %d, reply %+v", h.runs.Load(), first)
+	}
+	if err := sameReply(first, again); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats(); st.Released != 1 || st.Executions != 2 || st.DuplicatesSkipped != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A non-retryable outcome is final: recorded like ok.
+	h.outcome = topics.OutcomeNonRetryable
+	cmd3 := command(scope, "tx-retry", 3, topics.KindProcess)
+	r1 := execute(t, g, cmd3, h.run(cmd3))
+	r2 := execute(t, g, cmd3, h.run(cmd3))
+	if h.runs.Load() != 3 || r1.Outcome != topics.OutcomeNonRetryable {
+		t.Fatalf("runs %d, reply %+v", h.runs.Load(), r1)
+	}
+	if err := sameReply(r1, r2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A compensation whose action never ran is empty; the action arriving
+// afterwards is refused. Neither calls the handler.
+func scenarioNullAndHanging(t *testing.T, b *backend, mode writeprotect.Mode) {
+	scope := uniqueScope(t)
+	g1, g2 := b.guard(t, mode), b.guard(t, mode)
+	var h handler
+	revert := command(scope, "tx-null", 4, topics.KindRevert)
+	process := command(scope, "tx-null", 4, topics.KindProcess)
+
+	r1 := execute(t, g1, revert, h.run(revert))
+	if r1.Outcome != topics.OutcomeOK || str(r1.Payload) != "entity-v1" || r1.Hints["h"] != "1" || r1.Kind != topics.KindRevert {
+		t.Fatalf("null compensation reply %+v", r1)
+	}
+	m, err := b.store.GetMarker(context.Background(), writeprotect.MarkerKeyFor(process))
+	if err != nil || m.State != eventstore.MarkerCompensatedEmpty || m.TTL != 0 {
+		t.Fatalf("action marker %+v, %v; want permanent COMPENSATED_EMPTY", m, err)
+	}
+	r2 := execute(t, g2, revert, h.run(revert))
+	if err := sameReply(r1, r2); err != nil {
+		t.Fatalf("repeated compensation: %v", err)
+	}
+	for _, g := range []*writeprotect.Guard{g1, g2} {
+		r := execute(t, g, process, h.run(process))
+		if r.Outcome != topics.OutcomeNonRetryable || r.Error != writeprotect.ErrHanging.Error() ||
+			str(r.Payload) != "entity-v1" || r.Kind != topics.KindProcess {
+			t.Fatalf("hanging action reply %+v", r)
+		}
+	}
+	if n := h.runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times (%v), want 0", n, h.ran())
+	}
+	if st := sumStats(g1, g2); st.NullCompensations != 1 || st.HangingRefusals != 2 || st.DuplicatesSkipped != 1 || st.Executions != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// The normal order: the action runs, then its compensation; duplicates of
+// either are skipped.
+func scenarioCompensation(t *testing.T, b *backend, mode writeprotect.Mode) {
+	scope := uniqueScope(t)
+	g := b.guard(t, mode)
+	var h handler
+	process := command(scope, "tx-comp", 1, topics.KindProcess)
+	revert := command(scope, "tx-comp", 1, topics.KindRevert)
+	execute(t, g, process, h.run(process))
+	r1 := execute(t, g, revert, h.run(revert))
+	r2 := execute(t, g, revert, h.run(revert))
+	execute(t, g, process, h.run(process))
+	if got := fmt.Sprint(h.ran()); got != "[tx-comp/1/process tx-comp/1/revert]" {
+		t.Fatalf("runs %s", got)
+	}
+	if r1.Outcome != topics.OutcomeOK || str(r1.Payload) != "entity-v1|revert-run-2" {
+		t.Fatalf("compensation reply %+v", r1)
+	}
+	if err := sameReply(r1, r2); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats(); st.NullCompensations != 0 || st.HangingRefusals != 0 || st.DuplicatesSkipped != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// After the saga is terminal and its markers are deleted, late duplicates
+// do not run (nor record a null compensation) and leave the partition
+// empty.
+func scenarioTerminalFence(t *testing.T, b *backend, mode writeprotect.Mode) {
+	ctx := context.Background()
+	scope := uniqueScope(t)
+	g := b.guard(t, mode)
+	var h handler
+	process := command(scope, "tx-fence", 1, topics.KindProcess)
+	revert := command(scope, "tx-fence", 2, topics.KindRevert)
+	execute(t, g, process, h.run(process))
+	if err := b.store.CreateTransaction(ctx, eventstore.Transaction{
+		Scope: scope, TxID: "tx-fence", Domain: testDomain, State: eventstore.StateCompleted, Version: 3,
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.DeleteMarkers(ctx, scope, "tx-fence"); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []*topics.Envelope{process, revert, process} {
+		rep, err := g.Execute(ctx, cmd, h.run(cmd))
+		if err != nil || rep != nil {
+			t.Fatalf("late %s: reply %+v, err %v; want nothing", cmd.Kind, rep, err)
+		}
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	ms, err := b.store.ListMarkers(ctx, scope, "tx-fence")
+	if err != nil || len(ms) != 0 {
+		t.Fatalf("markers after the fence: %+v, %v; want none", ms, err)
+	}
+	if st := g.Stats(); st.TerminalFenced != 3 || st.NullCompensations != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The fence is what stops them: without it the duplicate runs again.
+	open := b.guard(t, mode, writeprotect.WithoutTerminalFence())
+	execute(t, open, process, h.run(process))
+	if n := h.runs.Load(); n != 2 {
+		t.Fatalf("without the fence the handler ran %d times, want 2", n)
+	}
+	// A saga that is not terminal is not fenced.
+	if err := b.store.Transition(ctx, eventstore.Transaction{
+		Scope: scope, TxID: "tx-fence", Domain: testDomain, State: eventstore.StateCompensating, Version: 4,
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	other := command(scope, "tx-fence", 5, topics.KindProcess)
+	if rep := execute(t, g, other, h.run(other)); rep == nil || h.runs.Load() != 3 {
+		t.Fatalf("live saga's step: reply %+v, runs %d", rep, h.runs.Load())
+	}
+}
+
+// A re-driven command (another attempt, another trace) of a committed step
+// gets the recorded outcome addressed to it, so the orchestrator does not
+// drop it as stale.
+func scenarioRedrive(t *testing.T, b *backend, mode writeprotect.Mode) {
+	scope := uniqueScope(t)
+	g := b.guard(t, mode)
+	var h handler
+	cmd := command(scope, "tx-redrive", 1, topics.KindProcess)
+	first := execute(t, g, cmd, h.run(cmd))
+	again := *cmd
+	again.Attempt = 3
+	again.Trace = map[string]string{"traceparent": "00-abc-def-01"}
+	rep := execute(t, g, &again, h.run(&again))
+	if h.runs.Load() != 1 || rep.Attempt != 3 || rep.Trace["traceparent"] != "00-abc-def-01" ||
+		str(rep.Payload) != str(first.Payload) || rep.Outcome != first.Outcome {
+		t.Fatalf("runs %d, redrive reply %+v", h.runs.Load(), rep)
+	}
+}
+
+// The same command reaches several instances at once, for many sagas: one
+// run per saga, every instance replies the recorded reply.
+func scenarioConcurrent(t *testing.T, b *backend, sc scale) {
+	scope := uniqueScope(t)
+	gs := make([]*writeprotect.Guard, sc.instances)
+	for i := range gs {
+		gs[i] = b.guard(t, writeprotect.Strict, writeprotect.WithOwner(fmt.Sprintf("instance-%d", i)))
+	}
+	for n := range sc.concurrentTxs {
+		var h handler
+		cmd := command(scope, fmt.Sprintf("tx-conc-%d", n), 1, topics.KindProcess)
+		replies := make([]*topics.Envelope, len(gs))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, g := range gs {
+			wg.Go(func() {
+				<-start
+				replies[i] = execute(t, g, cmd, h.run(cmd))
+			})
+		}
+		close(start)
+		wg.Wait()
+		if h.runs.Load() != 1 || h.maxCur.Load() != 1 {
+			t.Fatalf("%s: handler ran %d times (at most %d at once), want once", cmd.TxID, h.runs.Load(), h.maxCur.Load())
+		}
+		for i, r := range replies {
+			if err := sameReply(replies[0], r); err != nil {
+				t.Fatalf("%s instance %d: %v", cmd.TxID, i, err)
+			}
+		}
+	}
+	st := sumStats(gs...)
+	if st.Executions != uint64(sc.concurrentTxs) || st.DuplicatesSkipped != uint64(sc.concurrentTxs*(sc.instances-1)) {
+		t.Fatalf("stats %+v", st)
+	}
+	t.Logf("stats %+v", st)
+}
+
+// The instance holding the lease crashes before committing (its run
+// panics): the lease expires, then exactly one other instance runs the
+// step, never while the first one runs.
+func scenarioCrashPanic(t *testing.T, b *backend) {
+	scope := uniqueScope(t)
+	crashing := b.guard(t, writeprotect.Strict, writeprotect.WithOwner("crashing"))
+	var h handler
+	cmd := command(scope, "tx-crash", 1, topics.KindProcess)
+	h.panicNext.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the run's panic did not propagate")
+			}
+		}()
+		_, _ = crashing.Execute(context.Background(), cmd, h.run(cmd))
+	}()
+	m, err := b.store.GetMarker(context.Background(), writeprotect.MarkerKeyFor(cmd))
+	if err != nil || m.State != eventstore.MarkerLeased || m.TTL <= 0 {
+		t.Fatalf("after the crash: marker %+v, %v; want a live lease", m, err)
+	}
+	survivors := []*writeprotect.Guard{b.guard(t, writeprotect.Strict, writeprotect.WithOwner("a")), b.guard(t, writeprotect.Strict, writeprotect.WithOwner("b"))}
+	replies := make([]*topics.Envelope, len(survivors))
+	var wg sync.WaitGroup
+	for i, g := range survivors {
+		wg.Go(func() { replies[i] = execute(t, g, cmd, h.run(cmd)) })
+	}
+	waitUntil(t, 30*time.Second, "the survivors to wait for the lease", func() bool {
+		return sumStats(survivors...).LeaseWaits == uint64(len(survivors)) || h.runs.Load() > 1
+	})
+	b.expire()
+	wg.Wait()
+	if h.runs.Load() != 2 || h.maxCur.Load() != 1 {
+		t.Fatalf("handler ran %d times (%d at once), want the crashed run and one more, never at once", h.runs.Load(), h.maxCur.Load())
+	}
+	if err := sameReply(replies[0], replies[1]); err != nil {
+		t.Fatal(err)
+	}
+	if str(replies[0].Payload) != "entity-v1|process-run-2" {
+		t.Fatalf("reply %+v", replies[0])
+	}
+	if st := sumStats(survivors...); st.Executions != 1 || st.LeaseWaits < 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A lease abandoned by a crashed instance (written directly) blocks every
+// instance until it expires; then the step runs once.
+func scenarioAbandonedLease(t *testing.T, b *backend, instances int) {
+	ctx := context.Background()
+	scope := uniqueScope(t)
+	cmd := command(scope, "tx-abandoned", 1, topics.KindProcess)
+	applied, _, err := b.store.InsertMarker(ctx, eventstore.Marker{
+		MarkerKey: writeprotect.MarkerKeyFor(cmd), State: eventstore.MarkerLeased, Owner: "crashed/1",
+	}, b.lease)
+	if err != nil || !applied {
+		t.Fatalf("abandoned lease: %v, %v", applied, err)
+	}
+	var h handler
+	gs := make([]*writeprotect.Guard, instances)
+	replies := make([]*topics.Envelope, instances)
+	var wg sync.WaitGroup
+	for i := range gs {
+		gs[i] = b.guard(t, writeprotect.Strict, writeprotect.WithOwner(fmt.Sprintf("i%d", i)))
+		wg.Go(func() { replies[i] = execute(t, gs[i], cmd, h.run(cmd)) })
+	}
+	waitUntil(t, 30*time.Second, "every instance to wait for the lease", func() bool {
+		return sumStats(gs...).LeaseWaits == uint64(instances) || h.runs.Load() > 0
+	})
+	if h.runs.Load() != 0 && b.clock != nil {
+		t.Fatal("ran before the lease expired")
+	}
+	b.expire()
+	wg.Wait()
+	if h.runs.Load() != 1 || h.maxCur.Load() != 1 {
+		t.Fatalf("handler ran %d times (%d at once), want once", h.runs.Load(), h.maxCur.Load())
+	}
+	for i, r := range replies {
+		if err := sameReply(replies[0], r); err != nil {
+			t.Fatalf("instance %d: %v", i, err)
+		}
+	}
+}
+
+// A compensation and its action arrive at the same time on two instances
+// (STRICT): exactly one wins the action's key. Either the action runs and
+// then the compensation, or the compensation is empty and the action is
+// refused; never an action left uncompensated nor a compensation before
+// its action.
+func scenarioRace(t *testing.T, b *backend, txs int) {
+	scope := uniqueScope(t)
+	ga := b.guard(t, writeprotect.Strict, writeprotect.WithOwner("actions"))
+	gr := b.guard(t, writeprotect.Strict, writeprotect.WithOwner("compensations"))
+	var ranBoth, empty int
+	for n := range txs {
+		var h handler
+		tx := fmt.Sprintf("tx-race-%d", n)
+		process := command(scope, tx, 1, topics.KindProcess)
+		revert := command(scope, tx, 1, topics.KindRevert)
+		var pr, rr *topics.Envelope
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		// Staggered by 0, 5 or 10ms so that on a slow store either side
+		// also gets to win.
+		stagger := time.Duration(n%3) * 5 * time.Millisecond
+		wg.Go(func() { <-start; time.Sleep(stagger); pr = execute(t, ga, process, h.run(process)) })
+		wg.Go(func() { <-start; rr = execute(t, gr, revert, h.run(revert)) })
+		close(start)
+		wg.Wait()
+		switch got := fmt.Sprint(h.ran()); got {
+		case fmt.Sprintf("[%s/1/process %s/1/revert]", tx, tx):
+			ranBoth++
+			if pr.Outcome != topics.OutcomeOK || str(rr.Payload) != "entity-v1|revert-run-2" {
+				t.Fatalf("%s: replies %+v / %+v", tx, pr, rr)
+			}
+		case "[]":
+			empty++
+			if pr.Error != writeprotect.ErrHanging.Error() || rr.Outcome != topics.OutcomeOK || str(rr.Payload) != "entity-v1" {
+				t.Fatalf("%s: replies %+v / %+v", tx, pr, rr)
+			}
+		default:
+			t.Fatalf("%s: runs %s", tx, got)
+		}
+	}
+	st := sumStats(ga, gr)
+	if st.NullCompensations != uint64(empty) || st.HangingRefusals != uint64(empty) {
+		t.Fatalf("stats %+v with %d empty compensations", st, empty)
+	}
+	t.Logf("%d sagas: %d ran action then compensation, %d compensated empty and refused the action", txs, ranBoth, empty)
+}

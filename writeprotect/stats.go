@@ -1,0 +1,75 @@
+package writeprotect
+
+import "sync/atomic"
+
+// Stats counts what a guard did since it was made.
+type Stats struct {
+	// Executions counts the commands whose business handler ran.
+	Executions uint64
+	// DuplicatesSkipped counts the commands not run because their step was
+	// already done: a committed marker whose recorded reply was re-sent, or
+	// a repeated compensation of a step already compensated empty.
+	DuplicatesSkipped uint64
+	// LeaseWaits counts the waits for another execution's live lease: a
+	// command that found one and backed off counts once however long it
+	// waited (a compensation waiting for its running action counts too).
+	LeaseWaits uint64
+	// LeaseHeld counts the commands returned with ErrLeaseHeld (the lease
+	// outlived the wait; the worker tries again later).
+	LeaseHeld uint64
+	// NullCompensations counts compensations recorded as COMPENSATED_EMPTY
+	// because their action never ran (the handler was not called).
+	NullCompensations uint64
+	// HangingRefusals counts actions refused because their compensation
+	// had already been recorded (the handler was not called).
+	HangingRefusals uint64
+	// TerminalFenced counts late duplicates dropped because their saga was
+	// already terminal (nothing run, nothing sent).
+	TerminalFenced uint64
+	// Released counts executions whose marker was removed instead of
+	// committed: a retryable outcome (the step will be re-driven) or no
+	// reply at all.
+	Released uint64
+	// LeaseOverruns counts STRICT executions that ran longer than their
+	// lease, during which another instance could have taken the step over.
+	LeaseOverruns uint64
+	// CommitFailures counts executions whose outcome could not be recorded;
+	// their reply was sent anyway.
+	CommitFailures uint64
+}
+
+// Add returns the sum of s and o (for totals over several guards).
+func (s Stats) Add(o Stats) Stats {
+	return Stats{
+		Executions:        s.Executions + o.Executions,
+		DuplicatesSkipped: s.DuplicatesSkipped + o.DuplicatesSkipped,
+		LeaseWaits:        s.LeaseWaits + o.LeaseWaits,
+		LeaseHeld:         s.LeaseHeld + o.LeaseHeld,
+		NullCompensations: s.NullCompensations + o.NullCompensations,
+		HangingRefusals:   s.HangingRefusals + o.HangingRefusals,
+		TerminalFenced:    s.TerminalFenced + o.TerminalFenced,
+		Released:          s.Released + o.Released,
+		LeaseOverruns:     s.LeaseOverruns + o.LeaseOverruns,
+		CommitFailures:    s.CommitFailures + o.CommitFailures,
+	}
+}
+
+type counters struct {
+	executions, duplicates, leaseWaits, leaseHeld, nullComps, hanging,
+	fenced, released, overruns, commitFailures atomic.Uint64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		Executions:        c.executions.Load(),
+		DuplicatesSkipped: c.duplicates.Load(),
+		LeaseWaits:        c.leaseWaits.Load(),
+		LeaseHeld:         c.leaseHeld.Load(),
+		NullCompensations: c.nullComps.Load(),
+		HangingRefusals:   c.hanging.Load(),
+		TerminalFenced:    c.fenced.Load(),
+		Released:          c.released.Load(),
+		LeaseOverruns:     c.overruns.Load(),
+		CommitFailures:    c.commitFailures.Load(),
+	}
+}
