@@ -37,6 +37,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
 )
 
 type options struct {
@@ -48,6 +49,7 @@ type options struct {
 	keyspace    string
 	suffix      string
 	duplicates  int
+	mode        string
 	timeout     time.Duration
 	quiet       bool
 	verbose     bool
@@ -68,6 +70,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cassandra, "cassandra", "", "Cassandra host:port for the event store (default: the in-memory store)")
 	fs.StringVar(&o.keyspace, "keyspace", "stacksaga_demo", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
 	fs.IntVar(&o.duplicates, "duplicates", 0, "deliver every command and every reply K extra times")
+	fs.StringVar(&o.mode, "mode", "relaxed", "write protection of the workers: strict (LWT leases), relaxed (RELAXED_WITH_DEDUP) or none")
 	fs.StringVar(&o.suffix, "suffix", "", "suffix for every domain and service name (topics, groups), to share a broker with other runs")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for sagas after this long")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
@@ -81,6 +84,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.concurrency < 1 {
 		errs = append(errs, errors.New("--concurrency must be at least 1"))
+	}
+	switch o.mode {
+	case "strict", "relaxed", "none":
+	default:
+		errs = append(errs, fmt.Errorf("--mode %q: want strict, relaxed or none", o.mode))
 	}
 	if o.duplicates < 0 {
 		errs = append(errs, errors.New("--duplicates must be at least 0"))
@@ -176,8 +184,8 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	}
 	defer store.Close()
 	if !opts.quiet {
-		fmt.Fprintf(stderr, "sagademo: %d sagas, concurrency %d, fail rate %.2f, on %s with %s\n",
-			opts.sagas, opts.concurrency, opts.failRate, where, storeName)
+		fmt.Fprintf(stderr, "sagademo: %d sagas, concurrency %d, fail rate %.2f, duplicates %d, write protection %s, on %s with %s\n",
+			opts.sagas, opts.concurrency, opts.failRate, opts.duplicates, opts.mode, where, storeName)
 	}
 
 	runCtx, stopAll := context.WithCancel(context.Background())
@@ -203,7 +211,20 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		names.Payment:   placeorder.RegisterPayment,
 		names.Shipping:  placeorder.RegisterShipping,
 	} {
-		w, err := worker.New(svc, worker.WithBrokers(brokers...), worker.WithLogger(logger), worker.WithConcurrency(opts.concurrency))
+		wopts := []worker.Option{worker.WithBrokers(brokers...), worker.WithLogger(logger), worker.WithConcurrency(opts.concurrency)}
+		if opts.mode != "none" {
+			cfg := writeprotect.DefaultConfig()
+			cfg.DefaultMode = writeprotect.RelaxedWithDedup
+			if opts.mode == "strict" {
+				cfg.DefaultMode = writeprotect.Strict
+			}
+			g, err := writeprotect.New(store, cfg, writeprotect.WithLogger(logger), writeprotect.WithOwner(svc))
+			if err != nil {
+				return result{}, err
+			}
+			wopts = append(wopts, worker.WithGuard(g))
+		}
+		w, err := worker.New(svc, wopts...)
 		if err != nil {
 			return result{}, err
 		}

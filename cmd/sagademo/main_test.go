@@ -92,3 +92,53 @@ func TestFailsAtIsExact(t *testing.T) {
 		t.Fatalf("%d of 2000 fail at rate 0.1, want 200", n)
 	}
 }
+
+// duplicateExecutions returns the summary's duplicate_executions field.
+func duplicateExecutions(t *testing.T, args ...string) (counts []int, dups int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	line := strings.TrimSpace(stdout.String())
+	m := summaryRE.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("summary line %q does not match", line)
+	}
+	for _, f := range m[1:6] {
+		n, _ := strconv.Atoi(f)
+		counts = append(counts, n)
+	}
+	dups, _ = strconv.Atoi(m[7])
+	return counts, dups
+}
+
+func TestDemoDuplicatesEmbedded(t *testing.T) {
+	for _, mode := range []string{"strict", "relaxed"} {
+		t.Run(mode, func(t *testing.T) {
+			counts, dups := duplicateExecutions(t, "--sagas", "300", "--fail-rate", "0.1", "--duplicates", "3", "--mode", mode)
+			checkCounts(t, counts, 300, 30)
+			if dups != 0 {
+				t.Fatalf("duplicate_executions=%d, want 0", dups)
+			}
+		})
+	}
+	t.Run("none", func(t *testing.T) {
+		// Without a guard the relay's copies do run again: the knob works.
+		_, dups := duplicateExecutions(t, "--sagas", "50", "--duplicates", "2", "--mode", "none")
+		if dups == 0 {
+			t.Fatal("duplicate_executions=0 without write protection; the duplicates did not arrive")
+		}
+	})
+}
+
+func TestDemoDuplicatesStrictRealServices(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	counts, dups := duplicateExecutions(t, "--sagas", "150", "--fail-rate", "0.1", "--duplicates", "3", "--mode", "strict",
+		"--kafka", brokers[0], "--cassandra", hosts[0], "--keyspace", keyspace, "--suffix", testenv.UniqueName(t, "dup"))
+	checkCounts(t, counts, 150, 15)
+	if dups != 0 {
+		t.Fatalf("duplicate_executions=%d, want 0", dups)
+	}
+}
