@@ -1,0 +1,31 @@
+package placeorder_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
+)
+
+// TestSampleConfigLoads keeps examples/stacksaga.yaml (shown in the README)
+// valid for both loaders that read it.
+func TestSampleConfigLoads(t *testing.T) {
+	cc, err := cassandra.LoadConfigFile("../stacksaga.yaml")
+	if err != nil {
+		t.Fatalf("cassandra config: %v", err)
+	}
+	if len(cc.ContactPoints) != 1 || cc.Keyspace != "stacksaga_event_store" || cc.LocalDatacenter != "datacenter1" {
+		t.Errorf("cassandra config: %+v", cc)
+	}
+	wp, err := writeprotect.LoadConfigFile("../stacksaga.yaml")
+	if err != nil {
+		t.Fatalf("write-protection config: %v", err)
+	}
+	if got := wp.Resolve("place-order"); got.Mode != writeprotect.Strict || got.Lease != 10*time.Second {
+		t.Errorf("place-order resolves to %+v", got)
+	}
+	if got := wp.Resolve("other"); got.Mode != writeprotect.RelaxedWithDedup || got.Lease != 5*time.Second {
+		t.Errorf("default resolves to %+v", got)
+	}
+}
