@@ -1,0 +1,66 @@
+// Package sagatest is a harness for testing sagas and their steps end to
+// end. It runs orchestrators and workers in-process, on an in-process kfake
+// broker and the in-memory event store by default, or on real Kafka and
+// Cassandra (WithKafka, WithCassandra), and it injects the delivery faults
+// an at-least-once system lives with. It counts every execution of a
+// business handler per (transaction, span, kind), so that a test can
+// assert that a step ran exactly once however often its command arrived.
+//
+//	func TestPlaceOrder(t *testing.T) {
+//		env := sagatest.New(t, sagatest.DuplicateCommands(2), sagatest.TwinWorkers(),
+//			sagatest.WithWriteProtection(writeprotect.Strict))
+//		sagatest.Worker(env, "payment-service", func(w *worker.Worker) error {
+//			return worker.Register(w, chargeEndpoint)
+//		})
+//		o := sagatest.Orchestrator(env, "order-service", placeOrderDomain)
+//		id, err := o.Start(t.Context(), Order{ID: "o-1"})
+//		...
+//		if s := env.WaitTerminal(o, id)[id]; s != eventstore.StateCompleted {
+//			t.Fatalf("saga ended %s", s)
+//		}
+//		env.AssertExactlyOnce()
+//	}
+//
+// Start the workers before the sagas: a command to a service that has no
+// command topic yet is not delivered.
+//
+// # Faults
+//
+//   - DuplicateCommands(k): a relay appends k copies of every command
+//     record to its topic partition, behind the original (copies carry the
+//     HeaderCopy header and are not copied again).
+//   - DuplicateReplies(k): workers reply to a staging topic, from which a
+//     relay writes every reply k+1 times to the domain's callback topic.
+//   - ReorderReplies: that relay holds replies for ReorderWindow and
+//     releases each batch in reverse order.
+//   - TwinWorkers: every worker service runs two instances in two consumer
+//     groups, so each command reaches both; the first to receive a command
+//     waits up to TwinWindow for the other, so both hand it to their
+//     guards together.
+//   - RestartWorkersEvery(n) and Service.Restart: a worker instance is
+//     stopped, its group's committed offsets are set back to where they
+//     stood at its start (as if its commits had been lost in a crash), and
+//     a new instance is started, which is handed those commands again.
+//
+// # Counting
+//
+// Executions are counted at the worker's guard seam: each call of the
+// function a worker.Guard is handed (which runs the endpoint's Process or
+// Revert) is one execution, whatever the guard. Register endpoints with
+// worker.Register as usual, and give guards to the harness with WithGuard
+// or WithWriteProtection rather than worker.WithGuard. Settle waits until
+// every record produced has been handled and committed by every consumer,
+// so that late duplicates are counted before a test looks at the counts;
+// AssertExactlyOnce settles first.
+//
+// # Names
+//
+// The harness names the consumer groups (the default names; the second
+// twin adds ".twin") and creates the topics it needs with WithPartitions
+// partitions. On a real broker the service and domain names are used as
+// they are: tests sharing a broker must use unique names (see
+// internal/testenv's UniqueName in this module's own tests).
+//
+// Everything the harness starts is stopped when the test ends, in
+// t.Cleanup; no goroutine is left behind.
+package sagatest

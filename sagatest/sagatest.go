@@ -1,0 +1,538 @@
+package sagatest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/eventstore/memory"
+	"github.com/stacksaga-go/stacksaga/topics"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
+)
+
+// TB is the part of testing.TB the harness uses; *testing.T and
+// *testing.B satisfy it. Fatalf is only called from the goroutine that
+// called the harness.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+}
+
+// Execution names the executions of one business handler: a span of a
+// saga, forward (topics.KindProcess) or compensating (topics.KindRevert).
+type Execution struct {
+	TxID string
+	Span int
+	Kind topics.Kind
+}
+
+// String returns "txID/span/kind".
+func (x Execution) String() string { return fmt.Sprintf("%s/%d/%s", x.TxID, x.Span, x.Kind) }
+
+// Stats counts what the harness saw and did.
+type Stats struct {
+	// Deliveries counts commands handed to worker guards, retries of a
+	// command the guard refused included.
+	Deliveries int64
+	// Executions counts business-handler executions.
+	Executions int64
+	// DuplicateExecutions counts executions beyond the first of their
+	// (transaction, span, kind).
+	DuplicateExecutions int64
+	// CommandCopies and ReplyCopies count the extra records the
+	// duplicating relays wrote.
+	CommandCopies int64
+	ReplyCopies   int64
+	// ReorderedReplies counts replies the reordering relay released ahead
+	// of an earlier reply of the same saga.
+	ReorderedReplies int64
+	// TwinMeetings counts commands that both twin instances handed to
+	// their guards together (within TwinWindow).
+	TwinMeetings int64
+	// Restarts counts worker instance restarts.
+	Restarts int64
+}
+
+// Env is one test's saga system: a broker, an event store, the
+// orchestrators and workers started on it, and the fault injectors. Make
+// one with New.
+type Env struct {
+	t       TB
+	cfg     config
+	log     *slog.Logger
+	brokers []string
+	store   eventstore.Store
+	adm     *kadm.Client
+	admCl   *kgo.Client
+
+	ctx    context.Context // ends when the test ends
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines
+
+	mu       sync.Mutex
+	stops    []func() // in start order; run in reverse at cleanup
+	services map[string]*Service
+	orchs    map[string]orchRef // by group
+	relays   map[string]*relay  // by source topic
+	staging  map[string]string  // callback topic -> staging topic
+	cmdTopic map[string]bool    // command topics with a relay
+
+	guards []*writeprotect.Guard // made by WithWriteProtection
+
+	execMu sync.Mutex
+	execs  map[Execution]int
+
+	twins   rendezvous
+	restart chan *instance
+
+	stats struct {
+		deliveries, executions, duplicates, commandCopies, replyCopies atomic.Int64
+		reordered, twinMeetings, restarts                              atomic.Int64
+	}
+}
+
+// orchRef is what Settle needs of an orchestrator: its group and topic.
+type orchRef struct{ group, topic string }
+
+// New starts an env for t: an in-process kfake broker (or the brokers of
+// WithKafka) and the in-memory event store (or WithCassandra's, or
+// WithStore's). It fails t if an option is invalid or a service cannot be
+// reached. Everything is stopped when t ends.
+func New(t TB, opts ...Option) *Env {
+	t.Helper()
+	cfg := config{partitions: DefaultPartitions, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	var errs []error
+	if cfg.partitions < 1 {
+		errs = append(errs, fmt.Errorf("sagatest: partitions %d < 1", cfg.partitions))
+	}
+	if cfg.timeout <= 0 {
+		errs = append(errs, fmt.Errorf("sagatest: timeout %v <= 0", cfg.timeout))
+	}
+	if cfg.cmdCopies < 0 || cfg.replyCopies < 0 {
+		errs = append(errs, fmt.Errorf("sagatest: negative copies (commands %d, replies %d)", cfg.cmdCopies, cfg.replyCopies))
+	}
+	if cfg.restartEvery < 0 {
+		errs = append(errs, fmt.Errorf("sagatest: RestartWorkersEvery(%d) < 0", cfg.restartEvery))
+	}
+	if cfg.protect != nil {
+		if err := cfg.protect.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("sagatest: WithWriteProtection: %w", err))
+		}
+		if cfg.guard != nil {
+			errs = append(errs, errors.New("sagatest: both WithGuard and WithWriteProtection"))
+		}
+	}
+	if cfg.store != nil && cfg.cass {
+		errs = append(errs, errors.New("sagatest: both WithStore and WithCassandra"))
+	}
+	if cfg.cass && (len(cfg.cassHosts) == 0 || cfg.keyspace == "") {
+		errs = append(errs, errors.New("sagatest: WithCassandra needs hosts and a keyspace"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("%v", err)
+		return nil
+	}
+	e := &Env{
+		t:        t,
+		cfg:      cfg,
+		log:      cfg.logger,
+		services: make(map[string]*Service),
+		orchs:    make(map[string]orchRef),
+		relays:   make(map[string]*relay),
+		staging:  make(map[string]string),
+		cmdTopic: make(map[string]bool),
+		execs:    make(map[Execution]int),
+		twins:    rendezvous{slots: make(map[string]*meeting)},
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	t.Cleanup(e.close)
+
+	e.brokers = cfg.brokers
+	if len(e.brokers) == 0 {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(cfg.partitions))
+		if err != nil {
+			t.Fatalf("sagatest: kfake: %v", err)
+			return nil
+		}
+		e.onStop(c.Close)
+		e.brokers = c.ListenAddrs()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatalf("sagatest: kafka client: %v", err)
+		return nil
+	}
+	e.admCl, e.adm = cl, kadm.NewClient(cl)
+	e.onStop(cl.Close)
+
+	switch {
+	case cfg.store != nil:
+		e.store = cfg.store
+	case cfg.cass:
+		ctx, cancel := context.WithTimeout(e.ctx, cfg.timeout+time.Minute) // schema creation is slow
+		s, err := cassandra.New(ctx, cassandra.Config{
+			ContactPoints: cfg.cassHosts,
+			Keyspace:      cfg.keyspace,
+			Replication:   cassandra.SimpleReplication(1),
+			CreateSchema:  true,
+		}, cassandra.WithLogger(e.log))
+		cancel()
+		if err != nil {
+			t.Fatalf("sagatest: cassandra store: %v", err)
+			return nil
+		}
+		e.store = s
+		e.onStop(func() { _ = s.Close() })
+	default:
+		s := memory.New()
+		e.store = s
+		e.onStop(func() { _ = s.Close() })
+	}
+	if cfg.restartEvery > 0 {
+		e.restart = make(chan *instance, 64)
+		e.wg.Add(1)
+		go e.restarter()
+	}
+	return e
+}
+
+// onStop registers f to run at cleanup (in reverse order of registration).
+func (e *Env) onStop(f func()) {
+	e.mu.Lock()
+	e.stops = append(e.stops, f)
+	e.mu.Unlock()
+}
+
+// close stops everything, newest first.
+func (e *Env) close() {
+	e.cancel()
+	e.wg.Wait() // the restarter: no restart races the stops below
+	e.mu.Lock()
+	stops := e.stops
+	e.stops = nil
+	e.mu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+}
+
+// Brokers returns the Kafka seed brokers of the env.
+func (e *Env) Brokers() []string { return slices.Clone(e.brokers) }
+
+// Store returns the env's event store.
+func (e *Env) Store() eventstore.Store { return e.store }
+
+// Stats returns a snapshot of the harness's counters.
+func (e *Env) Stats() Stats {
+	s := &e.stats
+	return Stats{
+		Deliveries: s.deliveries.Load(), Executions: s.executions.Load(),
+		DuplicateExecutions: s.duplicates.Load(), CommandCopies: s.commandCopies.Load(),
+		ReplyCopies: s.replyCopies.Load(), ReorderedReplies: s.reordered.Load(),
+		TwinMeetings: s.twinMeetings.Load(), Restarts: s.restarts.Load(),
+	}
+}
+
+// newProtection makes the guard of a worker instance for
+// WithWriteProtection.
+func (e *Env) newProtection() (*writeprotect.Guard, error) {
+	opts := append([]writeprotect.Option{writeprotect.WithLogger(e.log)}, e.cfg.protectOpts...)
+	g, err := writeprotect.New(e.store, *e.cfg.protect, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sagatest: write protection: %w", err)
+	}
+	e.mu.Lock()
+	e.guards = append(e.guards, g)
+	e.mu.Unlock()
+	return g, nil
+}
+
+// WriteProtectionStats returns the sum of the writeprotect.Stats of every
+// guard WithWriteProtection made (zero without it).
+func (e *Env) WriteProtectionStats() writeprotect.Stats {
+	e.mu.Lock()
+	guards := slices.Clone(e.guards)
+	e.mu.Unlock()
+	var sum writeprotect.Stats
+	for _, g := range guards {
+		s := g.Stats()
+		sum.Executions += s.Executions
+		sum.DuplicatesSkipped += s.DuplicatesSkipped
+		sum.LeaseWaits += s.LeaseWaits
+		sum.LeaseHeld += s.LeaseHeld
+		sum.NullCompensations += s.NullCompensations
+		sum.HangingRefusals += s.HangingRefusals
+		sum.TerminalFenced += s.TerminalFenced
+		sum.Released += s.Released
+		sum.LeaseOverruns += s.LeaseOverruns
+		sum.CommitFailures += s.CommitFailures
+	}
+	return sum
+}
+
+// count records one execution of x.
+func (e *Env) count(x Execution) {
+	e.execMu.Lock()
+	n := e.execs[x] + 1
+	e.execs[x] = n
+	e.execMu.Unlock()
+	e.stats.executions.Add(1)
+	if n > 1 {
+		e.stats.duplicates.Add(1)
+	}
+}
+
+// Executions returns how many times the handler of txID's span ran in
+// kind.
+func (e *Env) Executions(txID string, span int, kind topics.Kind) int {
+	e.execMu.Lock()
+	defer e.execMu.Unlock()
+	return e.execs[Execution{TxID: txID, Span: span, Kind: kind}]
+}
+
+// ExecutionCounts returns a copy of every execution count.
+func (e *Env) ExecutionCounts() map[Execution]int {
+	e.execMu.Lock()
+	defer e.execMu.Unlock()
+	return maps.Clone(e.execs)
+}
+
+// DuplicateExecutions returns the executions beyond the first of their
+// (transaction, span, kind), over the whole env.
+func (e *Env) DuplicateExecutions() int { return int(e.stats.duplicates.Load()) }
+
+// AssertExactlyOnce waits until every record produced so far has been
+// handled (Settle), so that late duplicates are counted too, then fails
+// the test for every (transaction, span, kind) whose handler ran more than
+// once. It reports whether none did.
+func (e *Env) AssertExactlyOnce() bool {
+	e.t.Helper()
+	e.Settle()
+	var dups []string
+	for x, n := range e.ExecutionCounts() {
+		if n > 1 {
+			dups = append(dups, fmt.Sprintf("%s ran %d times", x, n))
+		}
+	}
+	if len(dups) == 0 {
+		return true
+	}
+	sort.Strings(dups)
+	more := ""
+	if len(dups) > 10 {
+		more = fmt.Sprintf("\n... and %d more", len(dups)-10)
+		dups = dups[:10]
+	}
+	e.t.Errorf("sagatest: %d handler executions were not exactly once:\n%s%s", len(dups), strings.Join(dups, "\n"), more)
+	return false
+}
+
+// Sagas is what WaitTerminal needs of an orchestrator; every
+// *orchestrator.Orchestrator[T] has it.
+type Sagas interface {
+	Store() eventstore.Store
+	Scope() eventstore.Scope
+}
+
+// WaitTerminal waits until every saga in ids is in a terminal state and
+// returns the states by transaction id. It fails the test, naming the
+// sagas still running, if that takes longer than the env's timeout.
+func (e *Env) WaitTerminal(o Sagas, ids ...string) map[string]eventstore.State {
+	e.t.Helper()
+	deadline := time.Now().Add(e.cfg.timeout)
+	out := make(map[string]eventstore.State, len(ids))
+	pending := slices.Clone(ids)
+	for {
+		var still []string
+		var lastErr error
+		for _, id := range pending {
+			tx, err := o.Store().LoadTransaction(e.ctx, o.Scope(), id)
+			switch {
+			case err != nil:
+				lastErr = err
+				still = append(still, id)
+			case tx.State.Terminal():
+				out[id] = tx.State
+			default:
+				out[id] = tx.State
+				still = append(still, id)
+			}
+		}
+		if len(still) == 0 {
+			return out
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("sagatest: %d of %d sagas not terminal after %v: %s (last error: %v)",
+				len(still), len(ids), e.cfg.timeout, e.describe(o, still), lastErr)
+			return out
+		}
+		pending = still
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// describe summarises the sagas in ids for a failure message.
+func (e *Env) describe(o Sagas, ids []string) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i == 5 {
+			fmt.Fprintf(&b, " ... and %d more", len(ids)-5)
+			break
+		}
+		tx, err := o.Store().LoadTransaction(e.ctx, o.Scope(), id)
+		if err != nil {
+			fmt.Fprintf(&b, "[%s: %v] ", id, err)
+			continue
+		}
+		fmt.Fprintf(&b, "[%s %s span %d %s %s attempt %d] ", id, tx.State, tx.Span, tx.Kind, tx.Endpoint, tx.Attempt)
+	}
+	return b.String()
+}
+
+// Settle waits until every record produced so far has been handled by
+// every consumer of the env (workers, orchestrators and relays) and the
+// handling committed, so that nothing is in flight. It fails the test if
+// that takes longer than the env's timeout.
+func (e *Env) Settle() {
+	e.t.Helper()
+	deadline := time.Now().Add(e.cfg.timeout)
+	for {
+		lag, err := e.lag()
+		if err == nil && lag == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				lag = err.Error()
+			}
+			e.t.Fatalf("sagatest: not settled after %v: %s", e.cfg.timeout, lag)
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// lag describes what is not yet handled ("" if nothing).
+func (e *Env) lag() (string, error) {
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	type consumer struct{ group, topic string }
+	var groups []consumer
+	var relays []*relay
+	topicSet := map[string]bool{}
+	e.mu.Lock()
+	for _, s := range e.services {
+		for _, in := range s.insts {
+			groups = append(groups, consumer{in.group, s.topic})
+		}
+		topicSet[s.topic] = true
+	}
+	for _, o := range e.orchs {
+		groups = append(groups, consumer(o))
+		topicSet[o.topic] = true
+	}
+	for _, r := range e.relays {
+		relays = append(relays, r)
+		topicSet[r.from] = true
+	}
+	e.mu.Unlock()
+	names := slices.Sorted(maps.Keys(topicSet))
+	if len(names) == 0 {
+		return "", nil
+	}
+	before, err := e.adm.ListEndOffsets(ctx, names...)
+	if err != nil {
+		return "", fmt.Errorf("sagatest: list end offsets: %w", err)
+	}
+	var behind []string
+	for _, c := range groups {
+		committed, err := e.adm.FetchOffsets(ctx, c.group)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			committed, err = nil, nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("sagatest: fetch offsets of %s: %w", c.group, err)
+		}
+		before.Each(func(end kadm.ListedOffset) {
+			if end.Topic != c.topic {
+				return
+			}
+			at := int64(0)
+			if o, ok := committed.Lookup(end.Topic, end.Partition); ok && o.At >= 0 {
+				at = o.At
+			}
+			if at < end.Offset {
+				behind = append(behind, fmt.Sprintf("group %s at %s[%d] %d of %d", c.group, end.Topic, end.Partition, at, end.Offset))
+			}
+		})
+	}
+	for _, r := range relays {
+		before.Each(func(end kadm.ListedOffset) {
+			if end.Topic != r.from {
+				return
+			}
+			if at := r.position(end.Partition); at < end.Offset {
+				behind = append(behind, fmt.Sprintf("relay at %s[%d] %d of %d", end.Topic, end.Partition, at, end.Offset))
+			}
+		})
+	}
+	if len(behind) > 0 {
+		sort.Strings(behind)
+		return strings.Join(behind, "; "), nil
+	}
+	// Nothing was produced while the offsets were read.
+	after, err := e.adm.ListEndOffsets(ctx, names...)
+	if err != nil {
+		return "", fmt.Errorf("sagatest: list end offsets: %w", err)
+	}
+	changed := ""
+	after.Each(func(a kadm.ListedOffset) {
+		if b, ok := before.Lookup(a.Topic, a.Partition); !ok || b.Offset != a.Offset {
+			changed = fmt.Sprintf("%s[%d] grew while settling", a.Topic, a.Partition)
+		}
+	})
+	return changed, nil
+}
+
+// ensureTopics creates names (if missing) with the env's partition count.
+func (e *Env) ensureTopics(names ...string) error {
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.timeout)
+	defer cancel()
+	return topics.Ensure(ctx, e.adm, names, e.provision())
+}
+
+func (e *Env) provision() topics.Provision {
+	return topics.Provision{Partitions: int32(e.cfg.partitions)}
+}
+
+// testWriter writes log lines to the test log.
+type testWriter struct{ t TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,396 @@
+package sagatest_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/sagatest"
+	"github.com/stacksaga-go/stacksaga/topics"
+	"github.com/stacksaga-go/stacksaga/worker"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
+)
+
+// Without faults every step runs once and every delivery executes.
+func TestBaseline(t *testing.T) {
+	env := sagatest.New(t)
+	o := start(env, fixed)
+	ids, want := run(t, o, 30, 5)
+	checkEnd(t, env, o, ids, want, 1)
+	if !env.AssertExactlyOnce() {
+		t.Error("AssertExactlyOnce failed without faults")
+	}
+	st := env.Stats()
+	if n := int64(len(expected(want))); st.Deliveries != n || st.Executions != n || st.DuplicateExecutions != 0 {
+		t.Errorf("stats %+v, want %d deliveries and executions", st, n)
+	}
+	if got := env.Executions(ids[0], 0, topics.KindProcess); got != 1 {
+		t.Errorf("Executions(first saga, 0, process) = %d", got)
+	}
+}
+
+// DuplicateCommands(2) delivers each command three times: without a guard
+// every step runs three times, and the sagas still end right because the
+// orchestrator ignores the stale replies.
+func TestDuplicateCommands(t *testing.T) {
+	env := sagatest.New(t, sagatest.DuplicateCommands(2))
+	o := start(env, fixed)
+	ids, want := run(t, o, 20, 4)
+	checkEnd(t, env, o, ids, want, 3)
+	st := env.Stats()
+	steps := int64(len(expected(want)))
+	if st.CommandCopies != 2*steps || st.DuplicateExecutions != 2*steps || int64(env.DuplicateExecutions()) != 2*steps {
+		t.Errorf("stats %+v, want %d command copies and duplicate executions", st, 2*steps)
+	}
+	if s := o.Stats(); s.StaleReplies != 2*steps {
+		t.Errorf("orchestrator saw %d stale replies, want %d", s.StaleReplies, 2*steps)
+	}
+}
+
+// AssertExactlyOnce fails the test for each step that ran twice.
+func TestAssertExactlyOnceReports(t *testing.T) {
+	ft := &fakeT{}
+	defer ft.cleanup()
+	env := sagatest.New(ft, sagatest.DuplicateCommands(1))
+	o := start(env, fixed)
+	ids, _ := run(t, o, 1, 0)
+	env.WaitTerminal(o, ids...)
+	if env.AssertExactlyOnce() {
+		t.Error("AssertExactlyOnce passed with every command run twice")
+	}
+	if len(ft.errors) != 1 || !strings.Contains(ft.errors[0], "3 handler executions were not exactly once") ||
+		!strings.Contains(ft.errors[0], ids[0]+"/1/process ran 2 times") {
+		t.Errorf("errors = %q", ft.errors)
+	}
+}
+
+// With a guard that records replies, the same duplicates run once.
+func TestDuplicateCommandsGuarded(t *testing.T) {
+	env := sagatest.New(t, sagatest.DuplicateCommands(2), sagatest.WithGuard(shared(newMemoGuard())))
+	o := start(env, fixed)
+	ids, want := run(t, o, 20, 4)
+	checkEnd(t, env, o, ids, want, 1)
+	env.AssertExactlyOnce()
+	if st := env.Stats(); st.Deliveries != 3*int64(len(expected(want))) {
+		t.Errorf("stats %+v: want every command delivered three times", st)
+	}
+}
+
+// DuplicateReplies(2) delivers each reply three times; the orchestrator
+// applies one and ignores the copies.
+func TestDuplicateReplies(t *testing.T) {
+	env := sagatest.New(t, sagatest.DuplicateReplies(2))
+	o := start(env, fixed)
+	ids, want := run(t, o, 20, 4)
+	checkEnd(t, env, o, ids, want, 1)
+	steps := int64(len(expected(want)))
+	if st := env.Stats(); st.ReplyCopies != 2*steps {
+		t.Errorf("stats %+v, want %d reply copies", st, 2*steps)
+	}
+	if s := o.Stats(); s.StaleReplies != 2*steps || s.Replies != steps {
+		t.Errorf("orchestrator stats %+v, want %d replies applied and %d stale", s, steps, 2*steps)
+	}
+}
+
+// TwinWorkers hands every command to two instances at once: without a
+// guard both run it; with a guard one does.
+func TestTwinWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []sagatest.Option
+		times int
+	}{
+		{"unguarded", nil, 2},
+		{"guarded", []sagatest.Option{sagatest.WithGuard(shared(newMemoGuard()))}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := sagatest.New(t, append(tc.opts, sagatest.TwinWorkers())...)
+			o := start(env, fixed)
+			ids, want := run(t, o, 20, 4)
+			checkEnd(t, env, o, ids, want, tc.times)
+			steps := int64(len(expected(want)))
+			st := env.Stats()
+			t.Logf("stats %+v", st)
+			if st.Deliveries < 2*steps {
+				t.Errorf("stats %+v: want every command delivered to both twins", st)
+			}
+			// Most commands reach both twins within the window.
+			if st.TwinMeetings < steps/2 {
+				t.Errorf("only %d of %d commands reached the twins together", st.TwinMeetings, steps)
+			}
+		})
+	}
+}
+
+// A restart redelivers what the worker handled since the previous restart.
+func TestRestartWorker(t *testing.T) {
+	env := sagatest.New(t)
+	o := start(env, fixed)
+	ids, want := run(t, o, 10, 0)
+	checkEnd(t, env, o, ids, want, 1)
+
+	env.RestartWorker(fixed.payment) // its commands since the start come again
+	env.Settle()
+	again := func(ids []string, span, times int) {
+		t.Helper()
+		for _, id := range ids {
+			for s := range 3 {
+				want := 1
+				if s == span {
+					want = times
+				}
+				if n := env.Executions(id, s, topics.KindProcess); n != want {
+					t.Errorf("%s span %d ran %d times, want %d", id, s, n, want)
+				}
+			}
+		}
+	}
+	again(ids, 1, 2)
+
+	env.RestartWorker(fixed.payment) // nothing new since the last restart
+	env.Settle()
+	again(ids, 1, 2)
+
+	more, want2 := run(t, o, 5, 0)
+	checkEnd(t, env, o, more, want2, 1)
+	env.RestartWorker(fixed.payment) // only the new sagas' commands
+	env.Settle()
+	again(ids, 1, 2)
+	again(more, 1, 2)
+	if st := env.Stats(); st.Restarts != 3 {
+		t.Errorf("stats %+v, want 3 restarts", st)
+	}
+	for _, id := range ids {
+		if s, _ := o.Get(t.Context(), id); s.State != eventstore.StateCompleted {
+			t.Errorf("saga %s is %s after the redeliveries", id, s.State)
+		}
+	}
+}
+
+// RestartWorkersEvery crashes workers while sagas run: unguarded steps run
+// again, guarded ones do not, and every saga ends right either way.
+func TestRestartWorkersEvery(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    []sagatest.Option
+		guarded bool
+	}{
+		{"unguarded", nil, false},
+		{"guarded", []sagatest.Option{sagatest.WithGuard(shared(newMemoGuard()))}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := sagatest.New(t, append(tc.opts, sagatest.RestartWorkersEvery(7))...)
+			o := start(env, fixed)
+			ids, want := run(t, o, 30, 5)
+			got := env.WaitTerminal(o, ids...)
+			for _, id := range ids {
+				if got[id] != want[id] {
+					t.Errorf("saga %s ended %s, want %s", id, got[id], want[id])
+				}
+			}
+			env.Settle()
+			st := env.Stats()
+			t.Logf("stats %+v", st)
+			if st.Restarts == 0 {
+				t.Fatalf("stats %+v: no restart", st)
+			}
+			if tc.guarded {
+				env.AssertExactlyOnce()
+			} else if st.DuplicateExecutions == 0 {
+				t.Errorf("stats %+v: restarts redelivered nothing", st)
+			}
+			for x := range expected(want) {
+				if env.Executions(x.TxID, x.Span, x.Kind) == 0 {
+					t.Errorf("%s never ran", x)
+				}
+			}
+		})
+	}
+}
+
+// ReorderReplies releases replies in reverse order; with duplicated
+// commands several replies of one saga are in flight together, and later
+// ones overtake earlier ones. The sagas end right.
+func TestReorderReplies(t *testing.T) {
+	env := sagatest.New(t, sagatest.ReorderReplies(), sagatest.DuplicateCommands(2), sagatest.WithGuard(shared(newMemoGuard())))
+	o := start(env, fixed)
+	ids, want := run(t, o, 20, 4)
+	checkEnd(t, env, o, ids, want, 1)
+	if st := env.Stats(); st.ReorderedReplies == 0 {
+		t.Errorf("stats %+v: no reply was reordered", st)
+	}
+}
+
+// Every knob at once, guarded: exactly once.
+func TestAllFaultsGuarded(t *testing.T) {
+	env := sagatest.New(t,
+		sagatest.DuplicateCommands(2), sagatest.DuplicateReplies(1), sagatest.TwinWorkers(),
+		sagatest.RestartWorkersEvery(25), sagatest.ReorderReplies(),
+		sagatest.WithGuard(shared(newMemoGuard())))
+	o := start(env, fixed)
+	ids, want := run(t, o, 40, 4)
+	checkEnd(t, env, o, ids, want, 1)
+	st := env.Stats()
+	t.Logf("stats %+v", st)
+	if st.CommandCopies == 0 || st.ReplyCopies == 0 || st.Restarts == 0 || st.TwinMeetings == 0 {
+		t.Errorf("stats %+v: a knob did nothing", st)
+	}
+}
+
+// The harness leaves no goroutine behind.
+func TestNoGoroutinesLeft(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Run("env", func(t *testing.T) {
+		env := sagatest.New(t,
+			sagatest.DuplicateCommands(1), sagatest.DuplicateReplies(1), sagatest.TwinWorkers(),
+			sagatest.RestartWorkersEvery(10), sagatest.ReorderReplies())
+		o := start(env, fixed)
+		ids, _ := run(t, o, 10, 3)
+		env.WaitTerminal(o, ids...)
+	})
+	if err := goleak.Find(ignore, goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*Cluster).run")); err != nil {
+		t.Error(err)
+	}
+}
+
+// Invalid options fail New with every problem named.
+func TestInvalidOptions(t *testing.T) {
+	ft := &fakeT{}
+	func() {
+		defer func() { _ = recover() }()
+		sagatest.New(ft, sagatest.DuplicateCommands(-1), sagatest.WithPartitions(0), sagatest.WithTimeout(0),
+			sagatest.WithCassandra(nil, ""), sagatest.WithStore(nil))
+	}()
+	for _, want := range []string{"negative copies", "partitions 0", "timeout 0s", "WithCassandra needs"} {
+		if !strings.Contains(ft.fatal, want) {
+			t.Errorf("New's failure %q does not mention %q", ft.fatal, want)
+		}
+	}
+}
+
+// A worker that cannot register fails the test.
+func TestRegisterError(t *testing.T) {
+	ft := &fakeT{}
+	env := sagatest.New(ft)
+	func() {
+		defer func() { _ = recover() }()
+		sagatest.Worker(env, "svc", func(*worker.Worker) error { return context.Canceled })
+	}()
+	ft.cleanup()
+	if !strings.Contains(ft.fatal, "register") {
+		t.Errorf("fatal = %q", ft.fatal)
+	}
+}
+
+// WaitTerminal names the sagas still running when it gives up.
+func TestWaitTerminalTimeout(t *testing.T) {
+	ft := &fakeT{}
+	env := sagatest.New(ft, sagatest.WithTimeout(300*time.Millisecond))
+	// Only the first step's worker runs: sagas stop at span 1.
+	sagatest.Worker(env, fixed.inventory, func(w *worker.Worker) error {
+		return worker.Register(w, worker.Endpoint[Order]{Name: "reserve", Process: func(_ context.Context, _ *worker.Step, o Order) (Order, error) { return o, nil }})
+	})
+	o := sagatest.Orchestrator(env, fixed.order, fixed.saga())
+	id, err := o.Start(context.Background(), Order{ID: "stuck"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		env.WaitTerminal(o, id)
+	}()
+	ft.cleanup()
+	if !strings.Contains(ft.fatal, "1 of 1 sagas not terminal") || !strings.Contains(ft.fatal, id) {
+		t.Errorf("fatal = %q", ft.fatal)
+	}
+}
+
+// fakeT records failures; Fatalf panics to stop the caller as
+// runtime.Goexit would.
+type fakeT struct {
+	mu       sync.Mutex
+	fatal    string
+	errors   []string
+	cleanups []func()
+}
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Cleanup(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cleanups = append(f.cleanups, fn)
+}
+func (f *fakeT) Errorf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errors = append(f.errors, fmt.Sprintf(format, args...))
+}
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.mu.Lock()
+	f.fatal = fmt.Sprintf(format, args...)
+	f.mu.Unlock()
+	panic("fatal")
+}
+func (f *fakeT) Logf(string, ...any) {}
+func (f *fakeT) cleanup() {
+	for i := len(f.cleanups) - 1; i >= 0; i-- {
+		f.cleanups[i]()
+	}
+}
+
+// STRICT write protection runs every step once under duplicated commands
+// and replies, twin instances and restarts, and leaves no marker behind.
+func TestWriteProtectionStrict(t *testing.T) {
+	env := sagatest.New(t, sagatest.WithWriteProtection(writeprotect.Strict),
+		sagatest.DuplicateCommands(2), sagatest.DuplicateReplies(1), sagatest.TwinWorkers(), sagatest.RestartWorkersEvery(40))
+	o := start(env, fixed)
+	ids, want := run(t, o, 60, 10)
+	checkEnd(t, env, o, ids, want, 1)
+	env.AssertExactlyOnce()
+	checkNoMarkers(t, env, o, ids)
+	wp := env.WriteProtectionStats()
+	t.Logf("stats %+v\nwrite protection %+v", env.Stats(), wp)
+	if wp.DuplicatesSkipped == 0 || wp.Executions != uint64(len(expected(want))) {
+		t.Errorf("write protection stats %+v: want %d executions and skipped duplicates", wp, len(expected(want)))
+	}
+}
+
+// RELAXED_WITH_DEDUP runs every step once under sequential duplicates.
+func TestWriteProtectionRelaxed(t *testing.T) {
+	env := sagatest.New(t, sagatest.WithWriteProtection(writeprotect.RelaxedWithDedup),
+		sagatest.DuplicateCommands(2), sagatest.DuplicateReplies(1), sagatest.RestartWorkersEvery(40))
+	o := start(env, fixed)
+	ids, want := run(t, o, 60, 10)
+	checkEnd(t, env, o, ids, want, 1)
+	env.AssertExactlyOnce()
+	checkNoMarkers(t, env, o, ids)
+	t.Logf("stats %+v\nwrite protection %+v", env.Stats(), env.WriteProtectionStats())
+}
+
+// checkNoMarkers checks that the finished sagas' marker partitions are
+// empty.
+func checkNoMarkers(t *testing.T, env *sagatest.Env, o *orchestrator.Orchestrator[Order], ids []string) {
+	t.Helper()
+	left := 0
+	for _, id := range ids {
+		ms, err := env.Store().ListMarkers(t.Context(), o.Scope(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) > 0 {
+			if left++; left <= 3 {
+				t.Errorf("saga %s ended with %d markers, first %+v", id, len(ms), ms[0].MarkerKey)
+			}
+		}
+	}
+	if left > 0 {
+		t.Errorf("%d of %d finished sagas have markers", left, len(ids))
+	}
+}

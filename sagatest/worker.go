@@ -1,0 +1,463 @@
+package sagatest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/stacksaga-go/stacksaga/topics"
+	"github.com/stacksaga-go/stacksaga/worker"
+)
+
+// Service is a worker service running in an env: one instance, or two
+// with TwinWorkers. Make one with Worker.
+type Service struct {
+	env      *Env
+	name     string
+	topic    string
+	register func(*worker.Worker) error
+	opts     []worker.Option
+	insts    []*instance
+}
+
+// Worker starts the worker service named service in e: it makes each
+// instance with worker.New(service, opts...), calls register to add its
+// endpoints, and runs it until the test ends. register is called again for
+// every instance and every restart. The harness sets the brokers, the
+// consumer group, the topic partitions and the guard (see WithGuard); the
+// logger unless opts set one. Worker returns once every instance has
+// joined its group, and fails the test if one cannot start.
+func Worker(e *Env, service string, register func(w *worker.Worker) error, opts ...worker.Option) *Service {
+	e.t.Helper()
+	s := &Service{env: e, name: service, topic: topics.CommandTopic(service), register: register, opts: opts}
+	e.mu.Lock()
+	_, dup := e.services[service]
+	e.mu.Unlock()
+	if dup {
+		e.t.Fatalf("sagatest: worker service %q started twice", service)
+		return nil
+	}
+	if err := topics.ValidName(service); err != nil {
+		e.t.Fatalf("sagatest: %v", err)
+		return nil
+	}
+	if err := e.ensureTopics(topics.WorkerTopics(service)...); err != nil {
+		e.t.Fatalf("sagatest: worker %s: %v", service, err)
+		return nil
+	}
+	if e.cfg.cmdCopies > 0 {
+		if err := e.startRelay(s.topic, s.topic, e.cfg.cmdCopies, false, &e.stats.commandCopies); err != nil {
+			e.t.Fatalf("sagatest: worker %s: %v", service, err)
+			return nil
+		}
+	}
+	n := 1
+	if e.cfg.twins {
+		n = 2
+	}
+	group := topics.Prefix + "." + service + ".worker"
+	for i := range n {
+		g := group
+		if i == 1 {
+			g += ".twin"
+		}
+		s.insts = append(s.insts, &instance{svc: s, idx: i, group: g})
+	}
+	e.mu.Lock()
+	e.services[service] = s
+	e.mu.Unlock()
+	e.onStop(s.stop)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, in := range s.insts {
+		wg.Go(func() {
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			errs[i] = in.start()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		e.t.Fatalf("%v", err)
+	}
+	return s
+}
+
+// Name returns the service name.
+func (s *Service) Name() string { return s.name }
+
+// Instances returns the number of instances (2 with TwinWorkers).
+func (s *Service) Instances() int { return len(s.insts) }
+
+// Stats returns the sum of the worker.Stats of every instance, over every
+// restart.
+func (s *Service) Stats() worker.Stats {
+	var sum worker.Stats
+	for _, in := range s.insts {
+		st := in.stats()
+		sum.Processed += st.Processed
+		sum.DeadLettered += st.DeadLettered
+		sum.Panics += st.Panics
+	}
+	return sum
+}
+
+// Restart simulates a crash of every instance of the service after it
+// handled commands but before it committed their offsets: each instance is
+// stopped, its group's committed offsets are set back to where they were
+// when it started (or at the previous restart), and a new instance is
+// started in its place, which is handed again the commands handled since
+// then. Restart returns once the new instances have joined their groups;
+// it fails the test if one cannot start.
+func (s *Service) Restart() {
+	s.env.t.Helper()
+	errs := make([]error, len(s.insts))
+	var wg sync.WaitGroup
+	for i, in := range s.insts {
+		wg.Go(func() { errs[i] = in.restart() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		s.env.t.Fatalf("%v", err)
+	}
+}
+
+// RestartWorker restarts the worker service named service (see
+// Service.Restart).
+func (e *Env) RestartWorker(service string) {
+	e.t.Helper()
+	e.mu.Lock()
+	s := e.services[service]
+	e.mu.Unlock()
+	if s == nil {
+		e.t.Fatalf("sagatest: no worker service %q", service)
+		return
+	}
+	s.Restart()
+}
+
+func (s *Service) stop() {
+	var wg sync.WaitGroup
+	for _, in := range s.insts {
+		wg.Go(func() {
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			in.stop()
+			in.stopped = true
+		})
+	}
+	wg.Wait()
+}
+
+// instance is one worker instance of a service, across its restarts.
+type instance struct {
+	svc   *Service
+	idx   int
+	group string
+	execs atomic.Int64 // executions since the current start
+
+	mu      sync.Mutex // held while starting, stopping and restarting
+	w       *worker.Worker
+	cancel  context.CancelFunc
+	done    chan error
+	prior   worker.Stats // of the stopped incarnations
+	stopped bool
+
+	// startedAt holds, per partition of the command topic, the offset
+	// committed when the current incarnation started, before any rewind
+	// (-1: none).
+	startedAt map[int32]int64
+}
+
+// start makes and runs a new incarnation; in.mu is held.
+func (in *instance) start() error {
+	e := in.svc.env
+	in.execs.Store(0)
+	if in.startedAt == nil {
+		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.timeout)
+		at, _, err := in.committed(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		in.startedAt = at
+	}
+	var guard worker.Guard
+	switch {
+	case e.cfg.protect != nil:
+		g, err := e.newProtection()
+		if err != nil {
+			return err
+		}
+		guard = g
+	case e.cfg.guard != nil:
+		guard = e.cfg.guard(in.svc.name)
+	}
+	if guard == nil {
+		guard = passThrough{}
+	}
+	opts := []worker.Option{worker.WithLogger(e.log)}
+	opts = append(opts, in.svc.opts...)
+	opts = append(opts,
+		worker.WithBrokers(e.brokers...),
+		worker.WithGroup(in.group),
+		worker.WithProvision(e.provision()),
+		worker.WithGuard(&instanceGuard{in: in, inner: guard}),
+	)
+	w, err := worker.New(in.svc.name, opts...)
+	if err != nil {
+		return fmt.Errorf("sagatest: worker %s: %w", in.svc.name, err)
+	}
+	if err := in.svc.register(w); err != nil {
+		w.Close()
+		return fmt.Errorf("sagatest: worker %s: register: %w", in.svc.name, err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	timer := time.NewTimer(e.cfg.timeout)
+	defer timer.Stop()
+	select {
+	case <-w.Running():
+	case err := <-done:
+		cancel()
+		if err == nil {
+			err = errors.New("returned before joining its group")
+		}
+		return fmt.Errorf("sagatest: worker %s: Run: %w", in.svc.name, err)
+	case <-timer.C:
+		cancel()
+		<-done
+		return fmt.Errorf("sagatest: worker %s did not join group %s within %v", in.svc.name, in.group, e.cfg.timeout)
+	}
+	in.w, in.cancel, in.done = w, cancel, done
+	return nil
+}
+
+// stop stops the current incarnation, if any; in.mu is held.
+func (in *instance) stop() {
+	if in.w == nil {
+		return
+	}
+	in.cancel()
+	if err := <-in.done; err != nil {
+		in.svc.env.t.Errorf("sagatest: worker %s (group %s): %v", in.svc.name, in.group, err)
+	}
+	st := in.w.Stats()
+	in.prior.Processed += st.Processed
+	in.prior.DeadLettered += st.DeadLettered
+	in.prior.Panics += st.Panics
+	in.w = nil
+}
+
+// restart stops the current incarnation and starts one that is handed
+// again what the stopped one handled.
+func (in *instance) restart() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.stopped || in.svc.env.ctx.Err() != nil {
+		return nil
+	}
+	in.stop()
+	if err := in.rewind(); err != nil {
+		return err
+	}
+	in.svc.env.stats.restarts.Add(1)
+	return in.start()
+}
+
+func (in *instance) stats() worker.Stats {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	st := in.prior
+	if in.w != nil {
+		cur := in.w.Stats()
+		st.Processed += cur.Processed
+		st.DeadLettered += cur.DeadLettered
+		st.Panics += cur.Panics
+	}
+	return st
+}
+
+// committed returns the offsets the instance's group has committed on the
+// command topic (-1: none), and the partitions' log start offsets.
+func (in *instance) committed(ctx context.Context) (at, logStart map[int32]int64, err error) {
+	adm := in.svc.env.adm
+	starts, err := adm.ListStartOffsets(ctx, in.svc.topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("sagatest: worker %s: start offsets: %w", in.svc.name, err)
+	}
+	commits, err := adm.FetchOffsets(ctx, in.group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		commits, err = nil, nil // a group that never committed
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("sagatest: worker %s: offsets of %s: %w", in.svc.name, in.group, err)
+	}
+	at, logStart = make(map[int32]int64), make(map[int32]int64)
+	starts.Each(func(o kadm.ListedOffset) {
+		logStart[o.Partition] = o.Offset
+		at[o.Partition] = -1
+		if c, ok := commits.Lookup(in.svc.topic, o.Partition); ok && c.Err == nil && c.At >= 0 {
+			at[o.Partition] = c.At
+		}
+	})
+	return at, logStart, nil
+}
+
+// rewind sets the stopped group's committed offsets back to where they
+// were when the stopped incarnation started (never forward), as if its
+// commits had been lost in a crash; in.mu is held and no incarnation runs.
+func (in *instance) rewind() error {
+	e := in.svc.env
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.timeout)
+	defer cancel()
+	now, logStart, err := in.committed(ctx)
+	if err != nil {
+		return err
+	}
+	var back kadm.Offsets
+	for p, h := range now {
+		prev, ok := in.startedAt[p]
+		if !ok || h < 0 {
+			continue
+		}
+		if prev < 0 {
+			prev = logStart[p]
+		}
+		if prev < h {
+			back.AddOffset(in.svc.topic, p, prev, -1)
+		}
+	}
+	in.startedAt = now
+	if len(back) == 0 {
+		return nil
+	}
+	resp, err := e.adm.CommitOffsets(ctx, in.group, back)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("sagatest: worker %s: rewind %s: %w", in.svc.name, in.group, err)
+	}
+	return nil
+}
+
+// executed counts an execution of the current incarnation and asks for a
+// restart when RestartWorkersEvery is due.
+func (in *instance) executed() {
+	e := in.svc.env
+	if e.restart == nil {
+		return
+	}
+	if in.execs.Add(1) == int64(e.cfg.restartEvery) {
+		select {
+		case e.restart <- in:
+		default: // a restart is queued already
+		}
+	}
+}
+
+// restarter restarts the instances that asked for it, until the env ends.
+func (e *Env) restarter() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case in := <-e.restart:
+			if err := in.restart(); err != nil && e.ctx.Err() == nil {
+				e.t.Errorf("%v", err)
+			}
+		}
+	}
+}
+
+// instanceGuard wraps an instance's guard: it counts deliveries and
+// executions, meets the twin instance, and sends replies through the
+// reply relay when one runs.
+type instanceGuard struct {
+	in    *instance
+	inner worker.Guard
+}
+
+func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
+	e := g.in.svc.env
+	e.stats.deliveries.Add(1)
+	if e.cfg.twins && e.twins.meet(ctx, g.in.svc.name+"\x00"+cmd.IdempotencyKey+"\x00"+strconv.Itoa(cmd.Attempt), g.in.idx) {
+		e.stats.twinMeetings.Add(1)
+	}
+	reply, err := g.inner.Execute(ctx, cmd, func(ctx context.Context) *topics.Envelope {
+		e.count(Execution{TxID: cmd.TxID, Span: cmd.Span, Kind: cmd.Kind})
+		g.in.executed()
+		return run(ctx)
+	})
+	if err == nil && reply != nil {
+		// The worker sends the reply to cmd.ReplyTo after Execute returns.
+		if staging := e.stagingFor(cmd.ReplyTo); staging != "" {
+			cmd.ReplyTo = staging
+		}
+	}
+	return reply, err
+}
+
+// passThrough runs every command.
+type passThrough struct{}
+
+func (passThrough) Execute(ctx context.Context, _ *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
+	return run(ctx), nil
+}
+
+// rendezvous makes the two twin instances hand a command to their guards
+// together: the first to arrive waits for the other, up to TwinWindow.
+// Only the first arrival of a command at each instance waits; redeliveries
+// and retries go straight through.
+type rendezvous struct {
+	mu    sync.Mutex
+	slots map[string]*meeting
+}
+
+type meeting struct {
+	arrived [2]bool
+	both    chan struct{}
+}
+
+// meet reports whether the other twin arrived within the window; only the
+// second to arrive reports true, so a meeting counts once.
+func (r *rendezvous) meet(ctx context.Context, key string, idx int) bool {
+	r.mu.Lock()
+	m := r.slots[key]
+	if m == nil {
+		m = &meeting{both: make(chan struct{})}
+		r.slots[key] = m
+	}
+	if m.arrived[idx] {
+		r.mu.Unlock()
+		return false
+	}
+	m.arrived[idx] = true
+	if m.arrived[1-idx] {
+		close(m.both)
+		r.mu.Unlock()
+		return true
+	}
+	r.mu.Unlock()
+	t := time.NewTimer(TwinWindow)
+	defer t.Stop()
+	select {
+	case <-m.both:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
