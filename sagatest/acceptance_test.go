@@ -71,7 +71,7 @@ func TestRealKafkaAllFaults(t *testing.T) {
 	env := sagatest.New(t, sagatest.WithKafka(testenv.KafkaBrokers(t)...),
 		sagatest.WithWriteProtection(writeprotect.Strict),
 		sagatest.DuplicateCommands(1), sagatest.DuplicateReplies(1), sagatest.TwinWorkers(),
-		sagatest.RestartWorkersEvery(40), sagatest.ReorderReplies())
+		sagatest.RestartWorkersEvery(10), sagatest.ReorderReplies())
 	acceptance(t, env, 60)
 	if st := env.Stats(); st.CommandCopies == 0 || st.ReplyCopies == 0 || st.Restarts == 0 || st.TwinMeetings == 0 || st.ReorderedReplies == 0 {
 		t.Errorf("stats %+v: a knob did nothing", st)
