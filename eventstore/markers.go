@@ -67,3 +67,12 @@ type Markers interface {
 	// ordered by (Span, Kind, Site).
 	ListMarkers(ctx context.Context, scope Scope, txID string) ([]Marker, error)
 }
+
+// CeilSeconds rounds d up to whole seconds, as Cassandra TTLs are (see
+// Markers.InsertMarker); zero or negative d gives 0.
+func CeilSeconds(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1) / time.Second * time.Second
+}

@@ -180,3 +180,12 @@ type FrozenTransaction struct {
 	Reason   string
 	FrozenAt time.Time
 }
+
+// StoredTime returns t as every store keeps a timestamp: UTC, truncated to
+// the millisecond. The zero time stays zero.
+func StoredTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.Truncate(time.Millisecond).UTC()
+}

@@ -1,17 +1,15 @@
 package writeprotect
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 )
 
 // Mode is a write-protection mode (the seed's ConsistencyMode).
@@ -116,37 +114,26 @@ func (c Config) Resolve(domain string) DomainConfig {
 // Validate reports every problem of c at once (errors.Join), each naming
 // its full key, sorted by key; the result wraps ErrInvalidConfig.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf(keyPrefix+key+": "+format, args...))
-	}
+	p := yamlconfig.Problems{Prefix: keyPrefix}
 	if c.DefaultMode != "" && !c.DefaultMode.valid() {
-		bad("default-mode", "unknown mode %q (want %s or %s)", string(c.DefaultMode), Strict, RelaxedWithDedup)
+		p.Add("default-mode", "unknown mode %q (want %s or %s)", string(c.DefaultMode), Strict, RelaxedWithDedup)
 	}
 	if c.DefaultLease < 0 {
-		bad("default-lease-duration", "must be positive, got %v", c.DefaultLease)
+		p.Add("default-lease-duration", "must be positive, got %v", c.DefaultLease)
 	}
 	for name, d := range c.Domains {
 		if strings.TrimSpace(name) == "" {
-			bad("domains", "empty domain name")
+			p.Add("domains", "empty domain name")
 			continue
 		}
 		if d.Mode != "" && !d.Mode.valid() {
-			bad("domains."+name+".mode", "unknown mode %q (want %s or %s)", string(d.Mode), Strict, RelaxedWithDedup)
+			p.Add("domains."+name+".mode", "unknown mode %q (want %s or %s)", string(d.Mode), Strict, RelaxedWithDedup)
 		}
 		if d.Lease < 0 {
-			bad("domains."+name+".lease-duration", "must be positive, got %v", d.Lease)
+			p.Add("domains."+name+".lease-duration", "must be positive, got %v", d.Lease)
 		}
 	}
-	return joinConfigErrors(errs)
-}
-
-func joinConfigErrors(errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
-	return errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
+	return p.Err(ErrInvalidConfig)
 }
 
 // file is the YAML document; only stacksaga.cassandra.write-protection is
@@ -183,15 +170,7 @@ func LoadConfig(data []byte) (Config, error) {
 
 // LoadConfigFile is LoadConfig on the contents of the file at path.
 func LoadConfigFile(path string) (Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("writeprotect: read configuration: %w", err)
-	}
-	c, err := LoadConfig(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return c, nil
+	return yamlconfig.LoadFile("writeprotect", path, LoadConfig)
 }
 
 // LoadConfigWithEnv is LoadConfig with the environment read through lookup
@@ -201,21 +180,19 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 		lookup = func(string) (string, bool) { return "", false }
 	}
 	var f file
-	if len(bytes.TrimSpace(data)) > 0 {
-		if err := yaml.Unmarshal(data, &f); err != nil {
-			return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
+	if err := yamlconfig.Decode(data, &f); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	raw := f.Stacksaga.Cassandra.WriteProtection
 	c := DefaultConfig()
-	var errs []error
+	p := yamlconfig.Problems{Prefix: keyPrefix}
 	mode := func(key string, s *string, dst *Mode) {
 		if s == nil || strings.TrimSpace(*s) == "" {
 			return
 		}
 		m, err := ParseMode(*s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s%s: unknown mode %q (want %s or %s)", keyPrefix, key, *s, Strict, RelaxedWithDedup))
+			p.Add(key, "unknown mode %q (want %s or %s)", *s, Strict, RelaxedWithDedup)
 			return
 		}
 		*dst = m
@@ -226,7 +203,7 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 		}
 		d, err := ParseDuration(*s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s%s: %w", keyPrefix, key, err))
+			p.Add(key, "%w", err)
 			return
 		}
 		*dst = d
@@ -242,11 +219,9 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 			c.Domains[name] = d
 		}
 	}
-	if err := c.ApplyEnv(lookup); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return Config{}, joinConfigErrors(errs)
+	p.Append(c.ApplyEnv(lookup))
+	if err := p.Err(ErrInvalidConfig); err != nil {
+		return Config{}, err
 	}
 	// A zero duration written explicitly means the default, as null does.
 	c = c.withDefaults()
@@ -269,16 +244,12 @@ const (
 // (os.LookupEnv in LoadConfig). An unparsable value is reported naming the
 // variable and the key.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
-	get := func(name string) (string, bool) {
-		v, ok := lookup(name)
-		v = strings.TrimSpace(v)
-		return v, ok && v != ""
-	}
-	var errs []error
+	get := yamlconfig.Env(lookup)
+	var p yamlconfig.Problems
 	if v, ok := get(EnvDefaultMode); ok {
 		m, err := ParseMode(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s (%sdefault-mode): %w", EnvDefaultMode, keyPrefix, err))
+			p.Append(yamlconfig.EnvError(EnvDefaultMode, keyPrefix+"default-mode", err))
 		} else {
 			c.DefaultMode = m
 		}
@@ -286,12 +257,12 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	if v, ok := get(EnvDefaultLease); ok {
 		d, err := ParseDuration(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s (%sdefault-lease-duration): %w", EnvDefaultLease, keyPrefix, err))
+			p.Append(yamlconfig.EnvError(EnvDefaultLease, keyPrefix+"default-lease-duration", err))
 		} else {
 			c.DefaultLease = d
 		}
 	}
-	return joinConfigErrors(errs)
+	return p.Err(ErrInvalidConfig)
 }
 
 var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$`)

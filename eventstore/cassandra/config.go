@@ -1,18 +1,17 @@
 package cassandra
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
-	"gopkg.in/yaml.v3"
+
+	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -169,64 +168,56 @@ func (c Config) withDefaults() Config {
 // its full key; the result wraps ErrInvalidConfig. Call it on a Config
 // with defaults applied (LoadConfig and New do).
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf(keyPrefix+key+": "+format, args...))
-	}
+	p := yamlconfig.Problems{Prefix: keyPrefix}
 	if len(c.ContactPoints) == 0 {
-		bad("contact-points", "at least one contact point is required")
+		p.Add("contact-points", "at least one contact point is required")
 	}
 	for _, cp := range c.ContactPoints {
 		if err := checkContactPoint(cp); err != nil {
-			bad("contact-points", "%v", err)
+			p.Add("contact-points", "%v", err)
 		}
 	}
 	if err := checkKeyspace(c.Keyspace); err != nil {
-		bad("keyspace", "%v", err)
+		p.Add("keyspace", "%v", err)
 	}
 	if !dcName.MatchString(c.LocalDatacenter) {
-		bad("local-datacenter", "invalid data-centre name %q", c.LocalDatacenter)
+		p.Add("local-datacenter", "invalid data-centre name %q", c.LocalDatacenter)
 	}
 	if c.Password != "" && c.Username == "" {
-		bad("username", "required when a password is set")
+		p.Add("username", "required when a password is set")
 	}
 	for key, v := range map[string]Consistency{"read-consistency-level": c.ReadConsistency, "write-consistency-level": c.WriteConsistency} {
 		if v != LocalQuorum && v != Quorum {
-			bad(key, "must be LOCAL_QUORUM or QUORUM, got %q", string(v))
+			p.Add(key, "must be LOCAL_QUORUM or QUORUM, got %q", string(v))
 		}
 	}
 	if c.SerialConsistency != LocalSerial && c.SerialConsistency != Serial {
-		bad("serial-consistency-level", "must be LOCAL_SERIAL or SERIAL, got %q", string(c.SerialConsistency))
+		p.Add("serial-consistency-level", "must be LOCAL_SERIAL or SERIAL, got %q", string(c.SerialConsistency))
 	}
 	if c.RequestTimeout <= 0 {
-		bad("request-timeout", "must be positive, got %v", c.RequestTimeout)
+		p.Add("request-timeout", "must be positive, got %v", c.RequestTimeout)
 	}
 	if c.ConnectTimeout <= 0 {
-		bad("connect-timeout", "must be positive, got %v", c.ConnectTimeout)
+		p.Add("connect-timeout", "must be positive, got %v", c.ConnectTimeout)
 	}
 	if c.ConnectionsPerHost < 1 {
-		bad("connections-per-host", "must be at least 1, got %d", c.ConnectionsPerHost)
+		p.Add("connections-per-host", "must be at least 1, got %d", c.ConnectionsPerHost)
 	}
 	if c.TimestampGenerator != ServerTimestamps && c.TimestampGenerator != ClientTimestamps {
-		bad("timestamp-generator", "must be %q or %q, got %q", ServerTimestamps, ClientTimestamps, c.TimestampGenerator)
+		p.Add("timestamp-generator", "must be %q or %q, got %q", ServerTimestamps, ClientTimestamps, c.TimestampGenerator)
 	}
 	rp := c.ReconnectionPolicy
 	if rp.BaseDelay <= 0 {
-		bad("reconnection-policy.base-delay", "must be positive, got %v", rp.BaseDelay)
+		p.Add("reconnection-policy.base-delay", "must be positive, got %v", rp.BaseDelay)
 	}
 	if rp.MaxDelay < rp.BaseDelay {
-		bad("reconnection-policy.max-delay", "must be at least base-delay (%v), got %v", rp.BaseDelay, rp.MaxDelay)
+		p.Add("reconnection-policy.max-delay", "must be at least base-delay (%v), got %v", rp.BaseDelay, rp.MaxDelay)
 	}
 	if rp.MaxRetries < 1 {
-		bad("reconnection-policy.max-retries", "must be at least 1, got %d", rp.MaxRetries)
+		p.Add("reconnection-policy.max-retries", "must be at least 1, got %d", rp.MaxRetries)
 	}
-	errs = append(errs, c.Replication.validate(keyPrefix+"replication")...)
-	if len(errs) == 0 {
-		return nil
-	}
-	// Stable reports: sorted by message, so by key.
-	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
-	return errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
+	p.Append(c.Replication.validate(keyPrefix + "replication")...)
+	return p.Err(ErrInvalidConfig)
 }
 
 func checkContactPoint(cp string) error {
@@ -267,23 +258,13 @@ func LoadConfig(data []byte) (Config, error) {
 
 // LoadConfigFile is LoadConfig on the contents of the file at path.
 func LoadConfigFile(path string) (Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("cassandra: read configuration: %w", err)
-	}
-	c, err := LoadConfig(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return c, nil
+	return yamlconfig.LoadFile("cassandra", path, LoadConfig)
 }
 
 func loadConfig(data []byte, lookup func(string) (string, bool)) (Config, error) {
 	var f file
-	if len(bytes.TrimSpace(data)) > 0 {
-		if err := yaml.Unmarshal(data, &f); err != nil {
-			return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
+	if err := yamlconfig.Decode(data, &f); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	c := f.Stacksaga.Cassandra
 	if err := c.ApplyEnv(lookup); err != nil {
@@ -317,11 +298,7 @@ const (
 // ones only), looked up with lookup (os.LookupEnv in LoadConfig). Every
 // unparsable value is reported, naming the variable and the key.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
-	get := func(name string) (string, bool) {
-		v, ok := lookup(name)
-		v = strings.TrimSpace(v)
-		return v, ok && v != ""
-	}
+	get := yamlconfig.Env(lookup)
 	var errs []error
 	str := func(name string, dst *string) {
 		if v, ok := get(name); ok {
@@ -332,7 +309,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		if v, ok := get(name); ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s (%s%s): %w", name, keyPrefix, key, err))
+				errs = append(errs, yamlconfig.EnvError(name, keyPrefix+key, err))
 				return
 			}
 			*dst = d
@@ -363,7 +340,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	if v, ok := get(EnvReplication); ok {
 		r, err := ParseReplication(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s (%sreplication): %w", EnvReplication, keyPrefix, err))
+			errs = append(errs, yamlconfig.EnvError(EnvReplication, keyPrefix+"replication", err))
 		} else {
 			c.Replication = r
 		}
@@ -371,7 +348,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	if v, ok := get(EnvCreateSchema); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s (%screate-schema): %w", EnvCreateSchema, keyPrefix, err))
+			errs = append(errs, yamlconfig.EnvError(EnvCreateSchema, keyPrefix+"create-schema", err))
 		} else {
 			c.CreateSchema = b
 		}

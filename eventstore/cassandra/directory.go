@@ -2,46 +2,12 @@ package cassandra
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 )
-
-func checkWindow(scope eventstore.Scope, minute int) error {
-	if err := scope.Validate(); err != nil {
-		return fmt.Errorf("cassandra: %w", err)
-	}
-	if minute < 0 || minute >= eventstore.MinutesPerDay {
-		return fmt.Errorf("cassandra: %w: minute of day %d outside 0..1439", eventstore.ErrInvalid, minute)
-	}
-	return nil
-}
-
-func checkPath(scope eventstore.Scope, p eventstore.RecoveryPath) error {
-	if err := checkWindow(scope, p.MinuteOfDay); err != nil {
-		return err
-	}
-	if p.InstanceID == "" {
-		return fmt.Errorf("cassandra: %w: empty instance id", eventstore.ErrInvalid)
-	}
-	if p.Bucket < 0 {
-		return fmt.Errorf("cassandra: %w: negative bucket %d", eventstore.ErrInvalid, p.Bucket)
-	}
-	return nil
-}
-
-func checkEntry(scope eventstore.Scope, e eventstore.RecoveryEntry) error {
-	if err := checkPath(scope, e.RecoveryPath); err != nil {
-		return err
-	}
-	if e.TxID == "" {
-		return fmt.Errorf("cassandra: %w: empty transaction id", eventstore.ErrInvalid)
-	}
-	return nil
-}
 
 // pathStatements adds the tiers 1-4 upserts of p to b.
 func (s *Store) pathStatements(b *gocql.Batch, scope eventstore.Scope, p eventstore.RecoveryPath, token int64) {
@@ -64,10 +30,7 @@ func (s *Store) entryValues(scope eventstore.Scope, e eventstore.RecoveryEntry) 
 // logged batch: the five partitions differ, and the batch log guarantees
 // the tier-5 row is never left without the directory keys that lead to it.
 func (s *Store) RegisterRecovery(ctx context.Context, scope eventstore.Scope, e eventstore.RecoveryEntry) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkEntry(scope, e); err != nil {
+	if err := s.check(ctx, scope.Validate(), e.Validate()); err != nil {
 		return err
 	}
 	b := s.batch(gocql.LoggedBatch)
@@ -81,10 +44,7 @@ func (s *Store) RegisterRecovery(ctx context.Context, scope eventstore.Scope, e 
 
 // PutDirectoryPath upserts tiers 1-4 of path in one logged batch.
 func (s *Store) PutDirectoryPath(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, instanceToken int64) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkPath(scope, path); err != nil {
+	if err := s.check(ctx, scope.Validate(), path.Validate()); err != nil {
 		return err
 	}
 	b := s.batch(gocql.LoggedBatch)
@@ -97,30 +57,18 @@ func (s *Store) PutDirectoryPath(ctx context.Context, scope eventstore.Scope, pa
 
 // PutRecoveryEntry upserts the tier-5 row of e.
 func (s *Store) PutRecoveryEntry(ctx context.Context, scope eventstore.Scope, e eventstore.RecoveryEntry) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), e.Validate()); err != nil {
 		return err
 	}
-	if err := checkEntry(scope, e); err != nil {
-		return err
-	}
-	if err := s.write(s.st.upsertEntry, s.entryValues(scope, e)...).ExecContext(ctx); err != nil {
-		return s.fail("put recovery entry", err)
-	}
-	return nil
+	return s.exec(ctx, "put recovery entry", s.st.upsertEntry, s.entryValues(scope, e)...)
 }
 
 // ListDays reads one tier-1 partition per calendar year of from..to.
 func (s *Store) ListDays(ctx context.Context, scope eventstore.Scope, from, to time.Time) ([]time.Time, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateDaySpan(from, to)); err != nil {
 		return nil, err
 	}
-	if err := scope.Validate(); err != nil {
-		return nil, fmt.Errorf("cassandra: %w", err)
-	}
 	lo, hi := eventstore.DayOf(from), eventstore.DayOf(to)
-	if hi.Year()-lo.Year() > eventstore.MaxListDaysYears {
-		return nil, fmt.Errorf("cassandra: %w: ListDays spans more than %d years", eventstore.ErrInvalid, eventstore.MaxListDaysYears)
-	}
 	var out []time.Time
 	for y := lo.Year(); y <= hi.Year(); y++ {
 		iter := s.read(s.st.selectDays, scope.Region, scope.Cluster, scope.Service, y, lo, hi).IterContext(ctx)
@@ -150,21 +98,15 @@ func (s *Store) ints(ctx context.Context, op string, q *gocql.Query) ([]int, err
 
 // ListWindows reads the tier-2 partition of day.
 func (s *Store) ListWindows(ctx context.Context, scope eventstore.Scope, day time.Time) ([]int, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate()); err != nil {
 		return nil, err
-	}
-	if err := scope.Validate(); err != nil {
-		return nil, fmt.Errorf("cassandra: %w", err)
 	}
 	return s.ints(ctx, "list windows", s.read(s.st.selectWindows, scope.Region, scope.Cluster, scope.Service, eventstore.DayOf(day)))
 }
 
 // ListInstances reads the token slice r of a tier-3 partition.
 func (s *Store) ListInstances(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int, r eventstore.TokenRange) ([]eventstore.Instance, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay)); err != nil {
 		return nil, err
 	}
 	iter := s.read(s.st.selectInstances, scope.Region, scope.Cluster, scope.Service, eventstore.DayOf(day), minuteOfDay, r.Min, r.Max).IterContext(ctx)
@@ -181,10 +123,7 @@ func (s *Store) ListInstances(ctx context.Context, scope eventstore.Scope, day t
 
 // HasInstances reads at most one row of a tier-3 partition.
 func (s *Store) HasInstances(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int) (bool, error) {
-	if err := s.check(ctx); err != nil {
-		return false, err
-	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay)); err != nil {
 		return false, err
 	}
 	iter := s.read(s.st.anyInstance, scope.Region, scope.Cluster, scope.Service, eventstore.DayOf(day), minuteOfDay).IterContext(ctx)
@@ -198,24 +137,15 @@ func (s *Store) HasInstances(ctx context.Context, scope eventstore.Scope, day ti
 
 // ListBuckets reads a tier-4 partition.
 func (s *Store) ListBuckets(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int, instanceID string) ([]int, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay), eventstore.ValidateInstanceID(instanceID)); err != nil {
 		return nil, err
-	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
-		return nil, err
-	}
-	if instanceID == "" {
-		return nil, fmt.Errorf("cassandra: %w: empty instance id", eventstore.ErrInvalid)
 	}
 	return s.ints(ctx, "list buckets", s.read(s.st.selectBuckets, scope.Region, scope.Cluster, scope.Service, eventstore.DayOf(day), minuteOfDay, instanceID))
 }
 
 // ListRecoveryEntries reads a page of a tier-5 partition.
 func (s *Store) ListRecoveryEntries(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, afterTxID string, limit int) ([]eventstore.RecoveryEntry, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkPath(scope, path); err != nil {
+	if err := s.check(ctx, scope.Validate(), path.Validate()); err != nil {
 		return nil, err
 	}
 	path.Day = eventstore.DayOf(path.Day)
@@ -231,86 +161,55 @@ func (s *Store) ListRecoveryEntries(ctx context.Context, scope eventstore.Scope,
 	return out, nil
 }
 
-func (s *Store) del(ctx context.Context, op, stmt string, args ...any) error {
-	if err := s.write(stmt, args...).ExecContext(ctx); err != nil {
-		return s.fail(op, err)
-	}
-	return nil
-}
-
 // DeleteRecoveryEntry deletes one tier-5 row.
 func (s *Store) DeleteRecoveryEntry(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, txID string) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.RecoveryEntry{RecoveryPath: path, TxID: txID}.Validate()); err != nil {
 		return err
 	}
-	if err := checkPath(scope, path); err != nil {
-		return err
-	}
-	if txID == "" {
-		return fmt.Errorf("cassandra: %w: empty transaction id", eventstore.ErrInvalid)
-	}
-	return s.del(ctx, "delete recovery entry", s.st.deleteEntry, scope.Region, scope.Cluster, scope.Service,
+	return s.exec(ctx, "delete recovery entry", s.st.deleteEntry, scope.Region, scope.Cluster, scope.Service,
 		eventstore.DayOf(path.Day), path.MinuteOfDay, path.InstanceID, path.Bucket, txID)
 }
 
 // DropBucket deletes a tier-5 partition (one partition tombstone).
 func (s *Store) DropBucket(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), path.Validate()); err != nil {
 		return err
 	}
-	if err := checkPath(scope, path); err != nil {
-		return err
-	}
-	return s.del(ctx, "drop bucket", s.st.dropBucket, scope.Region, scope.Cluster, scope.Service,
+	return s.exec(ctx, "drop bucket", s.st.dropBucket, scope.Region, scope.Cluster, scope.Service,
 		eventstore.DayOf(path.Day), path.MinuteOfDay, path.InstanceID, path.Bucket)
 }
 
 // DeleteBucket deletes a tier-4 row.
 func (s *Store) DeleteBucket(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), path.Validate()); err != nil {
 		return err
 	}
-	if err := checkPath(scope, path); err != nil {
-		return err
-	}
-	return s.del(ctx, "delete bucket", s.st.deleteBucket, scope.Region, scope.Cluster, scope.Service,
+	return s.exec(ctx, "delete bucket", s.st.deleteBucket, scope.Region, scope.Cluster, scope.Service,
 		eventstore.DayOf(path.Day), path.MinuteOfDay, path.InstanceID, path.Bucket)
 }
 
 // DeleteInstance deletes a tier-3 row.
 func (s *Store) DeleteInstance(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int, inst eventstore.Instance) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay), eventstore.ValidateInstanceID(inst.ID)); err != nil {
 		return err
 	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
-		return err
-	}
-	if inst.ID == "" {
-		return fmt.Errorf("cassandra: %w: empty instance id", eventstore.ErrInvalid)
-	}
-	return s.del(ctx, "delete instance", s.st.deleteInstance, scope.Region, scope.Cluster, scope.Service,
+	return s.exec(ctx, "delete instance", s.st.deleteInstance, scope.Region, scope.Cluster, scope.Service,
 		eventstore.DayOf(day), minuteOfDay, inst.Token, inst.ID)
 }
 
 // DeleteWindow deletes a tier-2 row.
 func (s *Store) DeleteWindow(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay)); err != nil {
 		return err
 	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
-		return err
-	}
-	return s.del(ctx, "delete window", s.st.deleteWindow, scope.Region, scope.Cluster, scope.Service, eventstore.DayOf(day), minuteOfDay)
+	return s.exec(ctx, "delete window", s.st.deleteWindow, scope.Region, scope.Cluster, scope.Service, eventstore.DayOf(day), minuteOfDay)
 }
 
 // DeleteDay deletes a tier-1 row.
 func (s *Store) DeleteDay(ctx context.Context, scope eventstore.Scope, day time.Time) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate()); err != nil {
 		return err
 	}
-	if err := scope.Validate(); err != nil {
-		return fmt.Errorf("cassandra: %w", err)
-	}
 	d := eventstore.DayOf(day)
-	return s.del(ctx, "delete day", s.st.deleteDay, scope.Region, scope.Cluster, scope.Service, d.Year(), d)
+	return s.exec(ctx, "delete day", s.st.deleteDay, scope.Region, scope.Cluster, scope.Service, d.Year(), d)
 }

@@ -11,24 +11,6 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore"
 )
 
-func checkMarkerKey(k eventstore.MarkerKey) error {
-	if err := checkKey(k.Scope, k.TxID); err != nil {
-		return err
-	}
-	if k.Kind == "" || k.Site == "" {
-		return fmt.Errorf("cassandra: %w: marker kind and site must be set", eventstore.ErrInvalid)
-	}
-	return nil
-}
-
-// ttlSeconds rounds a lease up to whole seconds (CQL TTLs are seconds).
-func ttlSeconds(lease time.Duration) int {
-	if lease <= 0 {
-		return 0
-	}
-	return int((lease + time.Second - 1) / time.Second)
-}
-
 func markerValues(m eventstore.Marker, leaseUntil, now time.Time) []any {
 	updated := m.UpdatedAt
 	if updated.IsZero() {
@@ -36,7 +18,7 @@ func markerValues(m eventstore.Marker, leaseUntil, now time.Time) []any {
 	}
 	return []any{
 		m.Region, m.Cluster, m.Service, m.TxID, m.Span, m.Kind, m.Site,
-		string(m.State), m.Owner, blob(m.Reply), ts(leaseUntil), ts(updated),
+		string(m.State), m.Owner, blob(m.Reply), eventstore.StoredTime(leaseUntil), eventstore.StoredTime(updated),
 	}
 }
 
@@ -45,16 +27,10 @@ func markerValues(m eventstore.Marker, leaseUntil, now time.Time) []any {
 // existing marker from the LWT's answer, its remaining TTL from the
 // lease_until column, without a second read.
 func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (bool, eventstore.Marker, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateLease(lease)); err != nil {
 		return false, eventstore.Marker{}, err
 	}
-	if err := checkMarkerKey(m.MarkerKey); err != nil {
-		return false, eventstore.Marker{}, err
-	}
-	if lease < 0 {
-		return false, eventstore.Marker{}, fmt.Errorf("cassandra: %w: negative lease %v", eventstore.ErrInvalid, lease)
-	}
-	ttl := ttlSeconds(lease)
+	ttl := int(eventstore.CeilSeconds(lease) / time.Second)
 	now := s.now()
 	var leaseUntil time.Time
 	if ttl > 0 {
@@ -99,23 +75,17 @@ func markerFromCAS(k eventstore.MarkerKey, prev map[string]any, now time.Time) e
 	if until, ok := prev["lease_until"].(time.Time); ok && !until.IsZero() {
 		// The row is alive, so its lease has at least a second left on the
 		// server's clock whatever ours says.
-		m.TTL = max(time.Second, (until.Sub(now)+time.Second-1)/time.Second*time.Second)
+		m.TTL = max(time.Second, eventstore.CeilSeconds(until.Sub(now)))
 	}
 	return m
 }
 
 // PutMarker writes m without TTL, replacing any lease.
 func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, m.MarkerKey.Validate()); err != nil {
 		return err
 	}
-	if err := checkMarkerKey(m.MarkerKey); err != nil {
-		return err
-	}
-	if err := s.write(s.st.putMarker, markerValues(m, time.Time{}, s.now())...).ExecContext(ctx); err != nil {
-		return s.fail("put marker", err)
-	}
-	return nil
+	return s.exec(ctx, "put marker", s.st.putMarker, markerValues(m, time.Time{}, s.now())...)
 }
 
 func scanMarker(scan func(...any) error, scope eventstore.Scope, txID string) (eventstore.Marker, error) {
@@ -133,10 +103,7 @@ func scanMarker(scan func(...any) error, scope eventstore.Scope, txID string) (e
 
 // GetMarker reads a live marker with its remaining TTL (TTL(state)).
 func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (eventstore.Marker, error) {
-	if err := s.check(ctx); err != nil {
-		return eventstore.Marker{}, err
-	}
-	if err := checkMarkerKey(key); err != nil {
+	if err := s.check(ctx, key.Validate()); err != nil {
 		return eventstore.Marker{}, err
 	}
 	q := s.read(s.st.selectMarker, key.Region, key.Cluster, key.Service, key.TxID, key.Span, key.Kind, key.Site)
@@ -152,39 +119,24 @@ func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (events
 
 // DeleteMarker deletes one marker row.
 func (s *Store) DeleteMarker(ctx context.Context, key eventstore.MarkerKey) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, key.Validate()); err != nil {
 		return err
 	}
-	if err := checkMarkerKey(key); err != nil {
-		return err
-	}
-	if err := s.write(s.st.deleteMarker, key.Region, key.Cluster, key.Service, key.TxID, key.Span, key.Kind, key.Site).ExecContext(ctx); err != nil {
-		return s.fail("delete marker", err)
-	}
-	return nil
+	return s.exec(ctx, "delete marker", s.st.deleteMarker, key.Region, key.Cluster, key.Service, key.TxID, key.Span, key.Kind, key.Site)
 }
 
 // DeleteMarkers removes every marker of a saga with one partition delete.
 func (s *Store) DeleteMarkers(ctx context.Context, scope eventstore.Scope, txID string) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return err
 	}
-	if err := checkKey(scope, txID); err != nil {
-		return err
-	}
-	if err := s.write(s.st.deleteMarkers, scope.Region, scope.Cluster, scope.Service, txID).ExecContext(ctx); err != nil {
-		return s.fail("delete markers", err)
-	}
-	return nil
+	return s.exec(ctx, "delete markers", s.st.deleteMarkers, scope.Region, scope.Cluster, scope.Service, txID)
 }
 
 // ListMarkers returns the live markers of a saga in clustering order
 // (span, kind, site).
 func (s *Store) ListMarkers(ctx context.Context, scope eventstore.Scope, txID string) ([]eventstore.Marker, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return nil, err
 	}
 	iter := s.read(s.st.selectMarkers, scope.Region, scope.Cluster, scope.Service, txID).IterContext(ctx)

@@ -14,6 +14,7 @@
 package cassandra
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -173,12 +174,17 @@ func (s *Store) Stats() Stats { return s.obs.snapshot() }
 // ResetStats sets every statement counter to zero.
 func (s *Store) ResetStats() { s.obs.reset() }
 
-// check reports a closed store or an ended context before a request.
-func (s *Store) check(ctx context.Context) error {
+// check runs before a request: it reports a closed store, an ended
+// context, or else the first non-nil error of invalid (the eventstore
+// argument checks, in argument order).
+func (s *Store) check(ctx context.Context, invalid ...error) error {
 	if s.closed.Load() {
 		return fmt.Errorf("cassandra: %w", eventstore.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cassandra: %w", err)
+	}
+	if err := cmp.Or(invalid...); err != nil {
 		return fmt.Errorf("cassandra: %w", err)
 	}
 	return nil
@@ -198,6 +204,14 @@ func (s *Store) read(stmt string, args ...any) *gocql.Query {
 
 func (s *Store) write(stmt string, args ...any) *gocql.Query {
 	return s.session.Query(stmt, args...).Consistency(s.writeCL).Idempotent(true)
+}
+
+// exec sends one idempotent write (see write), wrapping its error as op.
+func (s *Store) exec(ctx context.Context, op, stmt string, args ...any) error {
+	if err := s.write(stmt, args...).ExecContext(ctx); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
 }
 
 func (s *Store) lwt(stmt string, args ...any) *gocql.Query {
@@ -238,28 +252,6 @@ func backoff(ctx context.Context, n int) error {
 	}
 }
 
-func checkKey(scope eventstore.Scope, txID string) error {
-	if err := scope.Validate(); err != nil {
-		return fmt.Errorf("cassandra: %w", err)
-	}
-	if txID == "" {
-		return fmt.Errorf("cassandra: %w: empty transaction id", eventstore.ErrInvalid)
-	}
-	return nil
-}
-
-func checkTx(tx eventstore.Transaction) error {
-	if err := checkKey(tx.Scope, tx.TxID); err != nil {
-		return err
-	}
-	if p := tx.RestorePath; p != nil {
-		if err := checkPath(tx.Scope, *p); err != nil {
-			return fmt.Errorf("%w (restore path)", err)
-		}
-	}
-	return nil
-}
-
 // --- value conversion -----------------------------------------------------
 
 // completedTuple is a tuple<int, text, boolean> of es_transaction.completed.
@@ -284,15 +276,6 @@ func nilIfEmpty(b []byte) []byte {
 	return b
 }
 
-// ts keeps what Cassandra keeps of a time (UTC milliseconds); the zero
-// time is bound as the empty timestamp.
-func ts(t time.Time) time.Time {
-	if t.IsZero() {
-		return time.Time{}
-	}
-	return t.Truncate(time.Millisecond).UTC()
-}
-
 func txValues(tx eventstore.Transaction) []any {
 	completed := make([]completedTuple, len(tx.Completed))
 	for i, c := range tx.Completed {
@@ -312,7 +295,7 @@ func txValues(tx eventstore.Transaction) []any {
 		tx.Domain, string(tx.State), tx.Version, tx.Span, tx.Kind, tx.Endpoint, tx.Attempt,
 		blob(tx.Payload), completed, hints, tx.Error,
 		rDate, rWindow, rInstance, rBucket,
-		ts(tx.PausedUntil), ts(tx.CreatedAt), ts(tx.UpdatedAt),
+		eventstore.StoredTime(tx.PausedUntil), eventstore.StoredTime(tx.CreatedAt), eventstore.StoredTime(tx.UpdatedAt),
 	}
 }
 
@@ -360,17 +343,8 @@ func tryoutValues(scope eventstore.Scope, txID string, t eventstore.Tryout) []an
 	return []any{
 		scope.Region, scope.Cluster, scope.Service, txID, t.Index,
 		t.Span, t.Kind, t.Endpoint, t.Attempt, t.Outcome, t.Error,
-		blob(t.Before), blob(t.After), blob(t.ResumeContext), ts(t.StartedAt), ts(t.FinishedAt),
+		blob(t.Before), blob(t.After), blob(t.ResumeContext), eventstore.StoredTime(t.StartedAt), eventstore.StoredTime(t.FinishedAt),
 	}
-}
-
-func tryoutFor(txID string, t *eventstore.Tryout) (eventstore.Tryout, error) {
-	if t.TxID != "" && t.TxID != txID {
-		return eventstore.Tryout{}, fmt.Errorf("cassandra: %w: tryout of transaction %q written with %q", eventstore.ErrInvalid, t.TxID, txID)
-	}
-	c := *t
-	c.TxID = txID
-	return c, nil
 }
 
 // --- transactions ---------------------------------------------------------
@@ -379,18 +353,8 @@ func tryoutFor(txID string, t *eventstore.Tryout) (eventstore.Tryout, error) {
 // (IF NOT EXISTS), then its first tryout, if any. It fails with
 // eventstore.ErrExists if the id is taken.
 func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, tx.Validate(), first.ValidateFor(tx.TxID)); err != nil {
 		return err
-	}
-	if err := checkTx(tx); err != nil {
-		return err
-	}
-	var tr eventstore.Tryout
-	if first != nil {
-		var err error
-		if tr, err = tryoutFor(tx.TxID, first); err != nil {
-			return err
-		}
 	}
 	vals := txValues(tx)
 	for attempt := 0; ; attempt++ {
@@ -413,9 +377,7 @@ func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction
 		}
 	}
 	if first != nil {
-		if err := s.write(s.st.insertTryout, tryoutValues(tx.Scope, tx.TxID, tr)...).ExecContext(ctx); err != nil {
-			return s.fail("create transaction: first tryout", err)
-		}
+		return s.exec(ctx, "create transaction: first tryout", s.st.insertTryout, tryoutValues(tx.Scope, tx.TxID, *first)...)
 	}
 	return nil
 }
@@ -426,15 +388,12 @@ func sameCreate(prev map[string]any, tx eventstore.Transaction) bool {
 	v, _ := prev["version"].(int64)
 	st, _ := prev["running_status"].(string)
 	ca, _ := prev["created_at"].(time.Time)
-	return v == tx.Version && st == string(tx.State) && ca.Equal(ts(tx.CreatedAt))
+	return v == tx.Version && st == string(tx.State) && ca.Equal(eventstore.StoredTime(tx.CreatedAt))
 }
 
 // LoadTransaction reads a saga row.
 func (s *Store) LoadTransaction(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.Transaction, error) {
-	if err := s.check(ctx); err != nil {
-		return eventstore.Transaction{}, err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return eventstore.Transaction{}, err
 	}
 	var x txScan
@@ -453,25 +412,15 @@ func (s *Store) LoadTransaction(ctx context.Context, scope eventstore.Scope, txI
 // keyspace, so Cassandra applies them as one mutation (atomic and isolated
 // on each replica) in one round trip, without the batch log.
 func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryout *eventstore.Tryout) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkTx(tx); err != nil {
+	if err := s.check(ctx, tx.Validate(), tryout.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
 	if tryout == nil {
-		if err := s.write(s.st.upsertTx, txValues(tx)...).ExecContext(ctx); err != nil {
-			return s.fail("transition", err)
-		}
-		return nil
-	}
-	tr, err := tryoutFor(tx.TxID, tryout)
-	if err != nil {
-		return err
+		return s.exec(ctx, "transition", s.st.upsertTx, txValues(tx)...)
 	}
 	b := s.batch(gocql.UnloggedBatch)
 	addIdempotent(b, s.st.upsertTx, txValues(tx)...)
-	addIdempotent(b, s.st.insertTryout, tryoutValues(tx.Scope, tx.TxID, tr)...)
+	addIdempotent(b, s.st.insertTryout, tryoutValues(tx.Scope, tx.TxID, *tryout)...)
 	if err := b.ExecContext(ctx); err != nil {
 		return s.fail("transition", err)
 	}
@@ -480,10 +429,7 @@ func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryou
 
 // Tryouts returns a saga's step history ordered by Index.
 func (s *Store) Tryouts(ctx context.Context, scope eventstore.Scope, txID string) ([]eventstore.Tryout, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return nil, err
 	}
 	iter := s.read(s.st.selectTryouts, scope.Region, scope.Cluster, scope.Service, txID).IterContext(ctx)
@@ -506,31 +452,19 @@ func (s *Store) Tryouts(ctx context.Context, scope eventstore.Scope, txID string
 
 // Freeze copies tx into es_frozen_transaction (overwriting an earlier copy).
 func (s *Store) Freeze(ctx context.Context, tx eventstore.Transaction, reason string) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
-	if err := checkTx(tx); err != nil {
-		return err
-	}
-	vals := append(txValues(tx), reason, ts(s.now()))
-	if err := s.write(s.st.insertFrozen, vals...).ExecContext(ctx); err != nil {
-		return s.fail("freeze", err)
-	}
-	return nil
+	vals := append(txValues(tx), reason, eventstore.StoredTime(s.now()))
+	return s.exec(ctx, "freeze", s.st.insertFrozen, vals...)
 }
 
 // Unfreeze removes a saga from es_frozen_transaction.
 func (s *Store) Unfreeze(ctx context.Context, scope eventstore.Scope, txID string) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return err
 	}
-	if err := checkKey(scope, txID); err != nil {
-		return err
-	}
-	if err := s.write(s.st.deleteFrozen, scope.Region, scope.Cluster, scope.Service, txID).ExecContext(ctx); err != nil {
-		return s.fail("unfreeze", err)
-	}
-	return nil
+	return s.exec(ctx, "unfreeze", s.st.deleteFrozen, scope.Region, scope.Cluster, scope.Service, txID)
 }
 
 // ListFrozen lists frozen sagas ordered by TxID, at most limit (<= 0: all).
@@ -541,11 +475,8 @@ func (s *Store) ListFrozen(ctx context.Context, scope eventstore.Scope, limit in
 // ListFrozenAfter lists frozen sagas with TxID > afterTxID ordered by TxID,
 // at most limit (<= 0: all).
 func (s *Store) ListFrozenAfter(ctx context.Context, scope eventstore.Scope, afterTxID string, limit int) ([]eventstore.FrozenTransaction, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate()); err != nil {
 		return nil, err
-	}
-	if err := scope.Validate(); err != nil {
-		return nil, fmt.Errorf("cassandra: %w", err)
 	}
 	iter := s.read(s.st.selectFrozenAfter, scope.Region, scope.Cluster, scope.Service, afterTxID, cqlLimit(limit)).IterContext(ctx)
 	var out []eventstore.FrozenTransaction
@@ -566,10 +497,7 @@ func (s *Store) ListFrozenAfter(ctx context.Context, scope eventstore.Scope, aft
 
 // GetFrozen reads one frozen saga.
 func (s *Store) GetFrozen(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.FrozenTransaction, error) {
-	if err := s.check(ctx); err != nil {
-		return eventstore.FrozenTransaction{}, err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return eventstore.FrozenTransaction{}, err
 	}
 	var x txScan

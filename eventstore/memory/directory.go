@@ -3,7 +3,6 @@ package memory
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"sort"
 	"sync"
@@ -85,29 +84,6 @@ func (d *directory) init() {
 	d.instances = make(map[windowPK]map[eventstore.Instance]struct{})
 	d.buckets = make(map[instancePK]map[int]struct{})
 	d.parts = make(map[bucketPK]*bucketPart)
-}
-
-func checkWindow(scope eventstore.Scope, minute int) error {
-	if err := scope.Validate(); err != nil {
-		return fmt.Errorf("memory: %w", err)
-	}
-	if minute < 0 || minute >= eventstore.MinutesPerDay {
-		return fmt.Errorf("memory: %w: minute of day %d outside 0..1439", eventstore.ErrInvalid, minute)
-	}
-	return nil
-}
-
-func checkPath(scope eventstore.Scope, p eventstore.RecoveryPath) error {
-	if err := checkWindow(scope, p.MinuteOfDay); err != nil {
-		return err
-	}
-	if p.InstanceID == "" {
-		return fmt.Errorf("memory: %w: empty instance id", eventstore.ErrInvalid)
-	}
-	if p.Bucket < 0 {
-		return fmt.Errorf("memory: %w: negative bucket %d", eventstore.ErrInvalid, p.Bucket)
-	}
-	return nil
 }
 
 func bucketKey(scope eventstore.Scope, p eventstore.RecoveryPath) bucketPK {
@@ -204,22 +180,9 @@ func (d *directory) removeIfEmpty(k bucketPK, part *bucketPart) {
 	}
 }
 
-func checkEntry(scope eventstore.Scope, e eventstore.RecoveryEntry) error {
-	if err := checkPath(scope, e.RecoveryPath); err != nil {
-		return err
-	}
-	if e.TxID == "" {
-		return fmt.Errorf("memory: %w: empty transaction id", eventstore.ErrInvalid)
-	}
-	return nil
-}
-
 // RegisterRecovery upserts tiers 1-4 of e's path and its tier-5 row.
 func (s *Store) RegisterRecovery(ctx context.Context, scope eventstore.Scope, e eventstore.RecoveryEntry) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkEntry(scope, e); err != nil {
+	if err := s.check(ctx, scope.Validate(), e.Validate()); err != nil {
 		return err
 	}
 	s.dir.putPath(scope, e.RecoveryPath, e.InstanceToken)
@@ -229,10 +192,7 @@ func (s *Store) RegisterRecovery(ctx context.Context, scope eventstore.Scope, e 
 
 // PutDirectoryPath upserts tiers 1-4 of path.
 func (s *Store) PutDirectoryPath(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, instanceToken int64) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkPath(scope, path); err != nil {
+	if err := s.check(ctx, scope.Validate(), path.Validate()); err != nil {
 		return err
 	}
 	s.dir.putPath(scope, path, instanceToken)
@@ -241,10 +201,7 @@ func (s *Store) PutDirectoryPath(ctx context.Context, scope eventstore.Scope, pa
 
 // PutRecoveryEntry upserts the tier-5 row of e.
 func (s *Store) PutRecoveryEntry(ctx context.Context, scope eventstore.Scope, e eventstore.RecoveryEntry) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkEntry(scope, e); err != nil {
+	if err := s.check(ctx, scope.Validate(), e.Validate()); err != nil {
 		return err
 	}
 	s.dir.putEntry(scope, e)
@@ -253,14 +210,8 @@ func (s *Store) PutRecoveryEntry(ctx context.Context, scope eventstore.Scope, e 
 
 // ListDays returns the tier-1 days from..to, ascending.
 func (s *Store) ListDays(ctx context.Context, scope eventstore.Scope, from, to time.Time) ([]time.Time, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateDaySpan(from, to)); err != nil {
 		return nil, err
-	}
-	if err := scope.Validate(); err != nil {
-		return nil, fmt.Errorf("memory: %w", err)
-	}
-	if to.UTC().Year()-from.UTC().Year() > eventstore.MaxListDaysYears {
-		return nil, fmt.Errorf("memory: %w: ListDays spans more than %d years", eventstore.ErrInvalid, eventstore.MaxListDaysYears)
 	}
 	lo, hi := dayOf(from), dayOf(to)
 	var days []dayNum
@@ -283,11 +234,8 @@ func (s *Store) ListDays(ctx context.Context, scope eventstore.Scope, from, to t
 
 // ListWindows returns the tier-2 windows of day, ascending.
 func (s *Store) ListWindows(ctx context.Context, scope eventstore.Scope, day time.Time) ([]int, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate()); err != nil {
 		return nil, err
-	}
-	if err := scope.Validate(); err != nil {
-		return nil, fmt.Errorf("memory: %w", err)
 	}
 	s.dir.mu.RLock()
 	out := sortedKeys(s.dir.windows[dayPK{scope, dayOf(day)}])
@@ -310,10 +258,7 @@ func sortedKeys(set map[int]struct{}) []int {
 // ListInstances returns the tier-3 instances of a window in r, ordered by
 // (token, id).
 func (s *Store) ListInstances(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int, r eventstore.TokenRange) ([]eventstore.Instance, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay)); err != nil {
 		return nil, err
 	}
 	var out []eventstore.Instance
@@ -332,10 +277,7 @@ func (s *Store) ListInstances(ctx context.Context, scope eventstore.Scope, day t
 
 // HasInstances reports whether any tier-3 row of the window is left.
 func (s *Store) HasInstances(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int) (bool, error) {
-	if err := s.check(ctx); err != nil {
-		return false, err
-	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay)); err != nil {
 		return false, err
 	}
 	s.dir.mu.RLock()
@@ -345,14 +287,8 @@ func (s *Store) HasInstances(ctx context.Context, scope eventstore.Scope, day ti
 
 // ListBuckets returns the tier-4 buckets of an instance, ascending.
 func (s *Store) ListBuckets(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int, instanceID string) ([]int, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay), eventstore.ValidateInstanceID(instanceID)); err != nil {
 		return nil, err
-	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
-		return nil, err
-	}
-	if instanceID == "" {
-		return nil, fmt.Errorf("memory: %w: empty instance id", eventstore.ErrInvalid)
 	}
 	s.dir.mu.RLock()
 	out := sortedKeys(s.dir.buckets[instancePK{scope, dayOf(day), minuteOfDay, instanceID}])
@@ -363,10 +299,7 @@ func (s *Store) ListBuckets(ctx context.Context, scope eventstore.Scope, day tim
 // ListRecoveryEntries returns tier-5 rows of a bucket after afterTxID,
 // ordered by TxID, at most limit (<= 0: all).
 func (s *Store) ListRecoveryEntries(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, afterTxID string, limit int) ([]eventstore.RecoveryEntry, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkPath(scope, path); err != nil {
+	if err := s.check(ctx, scope.Validate(), path.Validate()); err != nil {
 		return nil, err
 	}
 	s.dir.partsMu.RLock()
@@ -404,14 +337,8 @@ func (s *Store) ListRecoveryEntries(ctx context.Context, scope eventstore.Scope,
 
 // DeleteRecoveryEntry deletes one tier-5 row.
 func (s *Store) DeleteRecoveryEntry(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, txID string) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.RecoveryEntry{RecoveryPath: path, TxID: txID}.Validate()); err != nil {
 		return err
-	}
-	if err := checkPath(scope, path); err != nil {
-		return err
-	}
-	if txID == "" {
-		return fmt.Errorf("memory: %w: empty transaction id", eventstore.ErrInvalid)
 	}
 	k := bucketKey(scope, path)
 	s.dir.partsMu.RLock()
@@ -438,10 +365,7 @@ func (s *Store) DeleteRecoveryEntry(ctx context.Context, scope eventstore.Scope,
 
 // DropBucket deletes a whole tier-5 partition.
 func (s *Store) DropBucket(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkPath(scope, path); err != nil {
+	if err := s.check(ctx, scope.Validate(), path.Validate()); err != nil {
 		return err
 	}
 	k := bucketKey(scope, path)
@@ -458,10 +382,7 @@ func (s *Store) DropBucket(ctx context.Context, scope eventstore.Scope, path eve
 
 // DeleteBucket deletes the tier-4 row of path's bucket.
 func (s *Store) DeleteBucket(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkPath(scope, path); err != nil {
+	if err := s.check(ctx, scope.Validate(), path.Validate()); err != nil {
 		return err
 	}
 	s.dir.mu.Lock()
@@ -472,14 +393,8 @@ func (s *Store) DeleteBucket(ctx context.Context, scope eventstore.Scope, path e
 
 // DeleteInstance deletes one tier-3 row.
 func (s *Store) DeleteInstance(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int, inst eventstore.Instance) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay), eventstore.ValidateInstanceID(inst.ID)); err != nil {
 		return err
-	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
-		return err
-	}
-	if inst.ID == "" {
-		return fmt.Errorf("memory: %w: empty instance id", eventstore.ErrInvalid)
 	}
 	s.dir.mu.Lock()
 	removeFrom(s.dir.instances, windowPK{scope, dayOf(day), minuteOfDay}, inst)
@@ -489,10 +404,7 @@ func (s *Store) DeleteInstance(ctx context.Context, scope eventstore.Scope, day 
 
 // DeleteWindow deletes one tier-2 row.
 func (s *Store) DeleteWindow(ctx context.Context, scope eventstore.Scope, day time.Time, minuteOfDay int) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkWindow(scope, minuteOfDay); err != nil {
+	if err := s.check(ctx, scope.Validate(), eventstore.ValidateWindow(minuteOfDay)); err != nil {
 		return err
 	}
 	s.dir.mu.Lock()
@@ -503,11 +415,8 @@ func (s *Store) DeleteWindow(ctx context.Context, scope eventstore.Scope, day ti
 
 // DeleteDay deletes one tier-1 row.
 func (s *Store) DeleteDay(ctx context.Context, scope eventstore.Scope, day time.Time) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate()); err != nil {
 		return err
-	}
-	if err := scope.Validate(); err != nil {
-		return fmt.Errorf("memory: %w", err)
 	}
 	s.dir.mu.Lock()
 	removeFrom(s.dir.days, yearPK{scope, day.UTC().Year()}, dayOf(day))

@@ -10,24 +10,6 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore"
 )
 
-func checkMarkerKey(k eventstore.MarkerKey) error {
-	if err := checkKey(k.Scope, k.TxID); err != nil {
-		return err
-	}
-	if k.Kind == "" || k.Site == "" {
-		return fmt.Errorf("memory: %w: marker kind and site must be set", eventstore.ErrInvalid)
-	}
-	return nil
-}
-
-// ceilSeconds rounds d up to whole seconds, as Cassandra TTLs are.
-func ceilSeconds(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return (d + time.Second - 1) / time.Second * time.Second
-}
-
 // live reports whether r is alive at now and fills its remaining TTL.
 func (r markerRec) live(now time.Time) (eventstore.Marker, bool) {
 	m := r.m
@@ -40,7 +22,7 @@ func (r markerRec) live(now time.Time) (eventstore.Marker, bool) {
 	if left <= 0 {
 		return eventstore.Marker{}, false
 	}
-	m.TTL = ceilSeconds(left)
+	m.TTL = eventstore.CeilSeconds(left)
 	return m, true
 }
 
@@ -50,10 +32,10 @@ func (s *Store) markerRec(m eventstore.Marker, lease time.Duration, now time.Tim
 	if m.UpdatedAt.IsZero() {
 		m.UpdatedAt = now
 	}
-	m.UpdatedAt = normTime(m.UpdatedAt)
+	m.UpdatedAt = eventstore.StoredTime(m.UpdatedAt)
 	r := markerRec{m: m}
 	if lease > 0 {
-		r.expires = now.Add(ceilSeconds(lease))
+		r.expires = now.Add(eventstore.CeilSeconds(lease))
 	}
 	return r
 }
@@ -61,14 +43,8 @@ func (s *Store) markerRec(m eventstore.Marker, lease time.Duration, now time.Tim
 // InsertMarker inserts m unless a live marker has its key; see
 // eventstore.Markers.
 func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (bool, eventstore.Marker, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateLease(lease)); err != nil {
 		return false, eventstore.Marker{}, err
-	}
-	if err := checkMarkerKey(m.MarkerKey); err != nil {
-		return false, eventstore.Marker{}, err
-	}
-	if lease < 0 {
-		return false, eventstore.Marker{}, fmt.Errorf("memory: %w: negative lease %v", eventstore.ErrInvalid, lease)
 	}
 	now := s.now()
 	pk := txKey{m.Scope, m.TxID}
@@ -92,10 +68,7 @@ func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease tim
 
 // PutMarker writes m permanently, replacing any lease.
 func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkMarkerKey(m.MarkerKey); err != nil {
+	if err := s.check(ctx, m.MarkerKey.Validate()); err != nil {
 		return err
 	}
 	now := s.now()
@@ -114,10 +87,7 @@ func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
 
 // GetMarker reads a live marker.
 func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (eventstore.Marker, error) {
-	if err := s.check(ctx); err != nil {
-		return eventstore.Marker{}, err
-	}
-	if err := checkMarkerKey(key); err != nil {
+	if err := s.check(ctx, key.Validate()); err != nil {
 		return eventstore.Marker{}, err
 	}
 	now := s.now()
@@ -134,10 +104,7 @@ func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (events
 
 // DeleteMarker removes one marker.
 func (s *Store) DeleteMarker(ctx context.Context, key eventstore.MarkerKey) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkMarkerKey(key); err != nil {
+	if err := s.check(ctx, key.Validate()); err != nil {
 		return err
 	}
 	pk := txKey{key.Scope, key.TxID}
@@ -155,10 +122,7 @@ func (s *Store) DeleteMarker(ctx context.Context, key eventstore.MarkerKey) erro
 
 // DeleteMarkers removes every marker of a saga.
 func (s *Store) DeleteMarkers(ctx context.Context, scope eventstore.Scope, txID string) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return err
 	}
 	sh := s.shard(txID)
@@ -171,10 +135,7 @@ func (s *Store) DeleteMarkers(ctx context.Context, scope eventstore.Scope, txID 
 // ListMarkers returns the live markers of a saga ordered by (Span, Kind,
 // Site). Expired leases found on the way are purged.
 func (s *Store) ListMarkers(ctx context.Context, scope eventstore.Scope, txID string) ([]eventstore.Marker, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return nil, err
 	}
 	now := s.now()

@@ -113,35 +113,18 @@ func (s *Store) shard(txID string) *shard {
 	return &s.shards[maphash.String(s.seed, txID)&(shardCount-1)]
 }
 
-// check reports a cancelled context or a closed store.
-func (s *Store) check(ctx context.Context) error {
+// check runs before every call: it reports a cancelled context, a closed
+// store, or else the first non-nil error of invalid (the eventstore
+// argument checks, in argument order).
+func (s *Store) check(ctx context.Context, invalid ...error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: %w", err)
 	}
 	if s.closed.Load() {
 		return fmt.Errorf("memory: %w", eventstore.ErrClosed)
 	}
-	return nil
-}
-
-func checkKey(scope eventstore.Scope, txID string) error {
-	if err := scope.Validate(); err != nil {
+	if err := cmp.Or(invalid...); err != nil {
 		return fmt.Errorf("memory: %w", err)
-	}
-	if txID == "" {
-		return fmt.Errorf("memory: %w: empty transaction id", eventstore.ErrInvalid)
-	}
-	return nil
-}
-
-func checkTx(tx eventstore.Transaction) error {
-	if err := checkKey(tx.Scope, tx.TxID); err != nil {
-		return err
-	}
-	if p := tx.RestorePath; p != nil {
-		if err := checkPath(tx.Scope, *p); err != nil {
-			return fmt.Errorf("%w (restore path)", err)
-		}
 	}
 	return nil
 }
@@ -149,24 +132,14 @@ func checkTx(tx eventstore.Transaction) error {
 // CreateTransaction inserts a new saga row and its first tryout, if any; it
 // fails with eventstore.ErrExists if the id is taken.
 func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, tx.Validate(), first.ValidateFor(tx.TxID)); err != nil {
 		return err
-	}
-	if err := checkTx(tx); err != nil {
-		return err
-	}
-	var tr eventstore.Tryout
-	if first != nil {
-		var err error
-		if tr, err = tryoutFor(tx.TxID, first); err != nil {
-			return err
-		}
 	}
 	k := txKey{tx.Scope, tx.TxID}
 	sh := s.shard(tx.TxID)
 	rec := &txRec{tx: cloneTx(tx)}
 	if first != nil {
-		rec.tryouts = []eventstore.Tryout{tr}
+		rec.tryouts = []eventstore.Tryout{tryoutOf(tx.TxID, *first)}
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -179,10 +152,7 @@ func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction
 
 // LoadTransaction reads a saga row.
 func (s *Store) LoadTransaction(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.Transaction, error) {
-	if err := s.check(ctx); err != nil {
-		return eventstore.Transaction{}, err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return eventstore.Transaction{}, err
 	}
 	sh := s.shard(txID)
@@ -198,18 +168,12 @@ func (s *Store) LoadTransaction(ctx context.Context, scope eventstore.Scope, txI
 // Transition overwrites the saga row and writes tryout, if non-nil,
 // atomically.
 func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryout *eventstore.Tryout) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkTx(tx); err != nil {
+	if err := s.check(ctx, tx.Validate(), tryout.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
 	var tr eventstore.Tryout
 	if tryout != nil {
-		var err error
-		if tr, err = tryoutFor(tx.TxID, tryout); err != nil {
-			return err
-		}
+		tr = tryoutOf(tx.TxID, *tryout)
 	}
 	c := cloneTx(tx)
 	k := txKey{tx.Scope, tx.TxID}
@@ -228,13 +192,12 @@ func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryou
 	return nil
 }
 
-func tryoutFor(txID string, t *eventstore.Tryout) (eventstore.Tryout, error) {
-	if t.TxID != "" && t.TxID != txID {
-		return eventstore.Tryout{}, fmt.Errorf("memory: %w: tryout of transaction %q written with %q", eventstore.ErrInvalid, t.TxID, txID)
-	}
-	c := cloneTryout(*t)
-	c.TxID = txID
-	return c, nil
+// tryoutOf returns a copy of t stored under txID (eventstore.Store: a
+// tryout with an empty TxID takes the saga's).
+func tryoutOf(txID string, t eventstore.Tryout) eventstore.Tryout {
+	t = cloneTryout(t)
+	t.TxID = txID
+	return t
 }
 
 func putTryout(list []eventstore.Tryout, t eventstore.Tryout) []eventstore.Tryout {
@@ -252,10 +215,7 @@ func putTryout(list []eventstore.Tryout, t eventstore.Tryout) []eventstore.Tryou
 
 // Tryouts returns a saga's step history ordered by Index (empty if none).
 func (s *Store) Tryouts(ctx context.Context, scope eventstore.Scope, txID string) ([]eventstore.Tryout, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return nil, err
 	}
 	sh := s.shard(txID)
@@ -274,13 +234,10 @@ func (s *Store) Tryouts(ctx context.Context, scope eventstore.Scope, txID string
 
 // Freeze copies tx into the frozen table (overwriting an earlier copy).
 func (s *Store) Freeze(ctx context.Context, tx eventstore.Transaction, reason string) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
-	if err := checkTx(tx); err != nil {
-		return err
-	}
-	f := eventstore.FrozenTransaction{Transaction: cloneTx(tx), Reason: reason, FrozenAt: normTime(s.now())}
+	f := eventstore.FrozenTransaction{Transaction: cloneTx(tx), Reason: reason, FrozenAt: eventstore.StoredTime(s.now())}
 	s.frozenMu.Lock()
 	defer s.frozenMu.Unlock()
 	m := s.frozen[tx.Scope]
@@ -294,10 +251,7 @@ func (s *Store) Freeze(ctx context.Context, tx eventstore.Transaction, reason st
 
 // Unfreeze removes a saga from the frozen table (a no-op if absent).
 func (s *Store) Unfreeze(ctx context.Context, scope eventstore.Scope, txID string) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return err
 	}
 	s.frozenMu.Lock()
@@ -319,11 +273,8 @@ func (s *Store) ListFrozen(ctx context.Context, scope eventstore.Scope, limit in
 // ListFrozenAfter lists frozen sagas with TxID > afterTxID ordered by TxID,
 // at most limit (<= 0: all).
 func (s *Store) ListFrozenAfter(ctx context.Context, scope eventstore.Scope, afterTxID string, limit int) ([]eventstore.FrozenTransaction, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.check(ctx, scope.Validate()); err != nil {
 		return nil, err
-	}
-	if err := scope.Validate(); err != nil {
-		return nil, fmt.Errorf("memory: %w", err)
 	}
 	s.frozenMu.RLock()
 	defer s.frozenMu.RUnlock()
@@ -352,10 +303,7 @@ func (s *Store) ListFrozenAfter(ctx context.Context, scope eventstore.Scope, aft
 
 // GetFrozen reads one frozen saga.
 func (s *Store) GetFrozen(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.FrozenTransaction, error) {
-	if err := s.check(ctx); err != nil {
-		return eventstore.FrozenTransaction{}, err
-	}
-	if err := checkKey(scope, txID); err != nil {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
 		return eventstore.FrozenTransaction{}, err
 	}
 	s.frozenMu.RLock()
@@ -366,14 +314,6 @@ func (s *Store) GetFrozen(ctx context.Context, scope eventstore.Scope, txID stri
 	}
 	f.Transaction = cloneTx(f.Transaction)
 	return f, nil
-}
-
-// normTime keeps what Cassandra keeps of a timestamp: UTC milliseconds.
-func normTime(t time.Time) time.Time {
-	if t.IsZero() {
-		return time.Time{}
-	}
-	return t.Truncate(time.Millisecond).UTC()
 }
 
 func cloneBytes(b []byte) []byte {
@@ -400,9 +340,9 @@ func cloneTx(tx eventstore.Transaction) eventstore.Transaction {
 		p.Day = eventstore.DayOf(p.Day)
 		tx.RestorePath = &p
 	}
-	tx.PausedUntil = normTime(tx.PausedUntil)
-	tx.CreatedAt = normTime(tx.CreatedAt)
-	tx.UpdatedAt = normTime(tx.UpdatedAt)
+	tx.PausedUntil = eventstore.StoredTime(tx.PausedUntil)
+	tx.CreatedAt = eventstore.StoredTime(tx.CreatedAt)
+	tx.UpdatedAt = eventstore.StoredTime(tx.UpdatedAt)
 	return tx
 }
 
@@ -410,7 +350,7 @@ func cloneTryout(t eventstore.Tryout) eventstore.Tryout {
 	t.Before = cloneBytes(t.Before)
 	t.After = cloneBytes(t.After)
 	t.ResumeContext = cloneBytes(t.ResumeContext)
-	t.StartedAt = normTime(t.StartedAt)
-	t.FinishedAt = normTime(t.FinishedAt)
+	t.StartedAt = eventstore.StoredTime(t.StartedAt)
+	t.FinishedAt = eventstore.StoredTime(t.FinishedAt)
 	return t
 }
