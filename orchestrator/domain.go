@@ -119,6 +119,8 @@ type Domain[T any] struct {
 	// Name identifies the domain; it names the callback topic.
 	Name string
 	// OnNext decides the next forward step. It sees Last == nil at start.
+	// It must not change s.Entity (changes are not kept: the entity is the
+	// workers' to change) and must be quick: it runs on the reply path.
 	OnNext func(ctx context.Context, s *Saga[T]) Decision
 	// OnNextRevert decides the next compensation step. Nil means the default:
 	// compensate the completed non-query steps in reverse order.

@@ -32,6 +32,9 @@ type config struct {
 	now         func() time.Time
 	provision   bool
 	topicCfg    topics.Provision
+
+	deliveryTimeout time.Duration
+	shutdownGrace   time.Duration
 }
 
 func defaultConfig() config {
@@ -43,14 +46,20 @@ func defaultConfig() config {
 		concurrency: 256,
 		now:         func() time.Time { return time.Now().UTC() },
 		provision:   true,
+
+		deliveryTimeout: 30 * time.Second,
+		shutdownGrace:   15 * time.Second,
 	}
 }
 
-func (c *config) group(service, domain string) string {
+// group is the consumer group of the callback topic: one per region,
+// cluster, service and domain, so that every orchestrating deployment
+// sees every reply and keeps those of its own scope.
+func (c *config) group(scope eventstore.Scope, domain string) string {
 	if c.groupID != "" {
 		return c.groupID
 	}
-	return topics.Prefix + "." + service + "." + domain + ".orchestrator"
+	return topics.Prefix + "." + scope.Region + "." + scope.Cluster + "." + scope.Service + "." + domain + ".orchestrator"
 }
 
 // WithBrokers sets the Kafka seed brokers. Required unless WithKafkaOpts
@@ -91,7 +100,9 @@ func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.logg
 func WithConcurrency(n int) Option { return optFunc(func(c *config) { c.concurrency = n }) }
 
 // WithGroup sets the consumer group of the callback topic. Default
-// "stacksaga.<service>.<domain>.orchestrator".
+// "stacksaga.<region>.<cluster>.<service>.<domain>.orchestrator". Instances
+// of one deployment must share it; different deployments (regions, virtual
+// clusters, services) sharing a domain must not.
 func WithGroup(id string) Option { return optFunc(func(c *config) { c.groupID = id }) }
 
 // WithListener registers a function called synchronously on every state
@@ -111,3 +122,15 @@ func WithProvision(p topics.Provision) Option {
 
 // WithoutProvision stops Run from creating topics (they must exist).
 func WithoutProvision() Option { return optFunc(func(c *config) { c.provision = false }) }
+
+// WithDeliveryTimeout bounds how long a command is retried by the Kafka
+// client before its publish fails. Default 30s.
+func WithDeliveryTimeout(d time.Duration) Option {
+	return optFunc(func(c *config) { c.deliveryTimeout = d })
+}
+
+// WithShutdownGrace bounds how long, after Run's context ends, the replies
+// in flight may still publish their next commands. Default 15s.
+func WithShutdownGrace(d time.Duration) Option {
+	return optFunc(func(c *config) { c.shutdownGrace = d })
+}

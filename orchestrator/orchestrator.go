@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,8 @@ import (
 var (
 	// ErrClosed means the orchestrator was closed.
 	ErrClosed = errors.New("orchestrator: closed")
+	// ErrStarted means Run was called a second time.
+	ErrStarted = errors.New("orchestrator: already running")
 	// ErrNotRetryPending means Redrive was called on a saga that is not
 	// parked after a retryable error.
 	ErrNotRetryPending = errors.New("orchestrator: saga is not retry-pending")
@@ -47,23 +50,27 @@ type Orchestrator[T any] struct {
 	store   eventstore.Store
 	scope   eventstore.Scope
 	code    uint16
-	cl      *kgo.Client
+	prod    *kgo.Client // commands and dead letters; made by New
 	cbTopic string
 
-	locks [256]sync.Mutex
+	locks [4096]sync.Mutex
 	seed  maphash.Seed
 
 	stats counters
 
-	closeOnce sync.Once
-	closed    atomic.Bool
+	mu        sync.Mutex // guards closed, cancelRun
+	closed    bool
+	started   atomic.Bool
+	cancelRun context.CancelFunc
+	done      chan struct{} // closed when Run returns
 	running   chan struct{}
 	runOnce   sync.Once
+	release   sync.Once
 }
 
 type counters struct {
-	started, replies, stale, commands, deadLettered atomic.Int64
-	completed, compensated, compensationFailed      atomic.Int64
+	started, replies, stale, foreign, commands, deadLettered atomic.Int64
+	completed, compensated, compensationFailed               atomic.Int64
 }
 
 // Stats is a snapshot of an orchestrator's counters.
@@ -71,6 +78,7 @@ type Stats struct {
 	Started            int64
 	Replies            int64 // replies applied
 	StaleReplies       int64 // duplicate or stale replies ignored
+	ForeignReplies     int64 // replies for another region, cluster or service, ignored
 	Commands           int64 // commands published
 	DeadLettered       int64
 	Completed          int64
@@ -98,6 +106,21 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	if len(cfg.brokers) == 0 && len(cfg.kafkaOpts) == 0 {
 		errs = append(errs, errors.New("orchestrator: no Kafka brokers (use WithBrokers)"))
 	}
+	if cfg.logger == nil {
+		errs = append(errs, errors.New("orchestrator: WithLogger(nil)"))
+	}
+	if cfg.now == nil {
+		errs = append(errs, errors.New("orchestrator: WithClock(nil)"))
+	}
+	if cfg.regions == nil {
+		errs = append(errs, errors.New("orchestrator: WithRegionResolver(nil)"))
+	}
+	if cfg.concurrency < 1 {
+		errs = append(errs, fmt.Errorf("orchestrator: WithConcurrency(%d): want at least 1", cfg.concurrency))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	code, err := cfg.regions.RegionCode(cfg.region)
 	if err != nil {
 		errs = append(errs, err)
@@ -118,25 +141,34 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		cbTopic: topics.CallbackTopic(domain.Name),
 		seed:    maphash.MakeSeed(),
 		running: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	// The producer is separate from the consumer that Run makes: an
+	// orchestrator that only starts sagas (or has not reached Run yet)
+	// must not join the callback topic's group and hold partitions that
+	// nobody polls.
+	o.prod, err = kgo.NewClient(o.baseOpts(
+		kgo.ProducerLinger(0),
+		kgo.RecordDeliveryTimeout(cfg.deliveryTimeout),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: kafka client: %w", err)
 	}
 	if o.store == nil {
 		o.store = memory.New(memory.WithClock(cfg.now))
 		o.cfg.ownStore = true
 	}
-	kopts := []kgo.Opt{
-		kgo.ConsumerGroup(cfg.group(service, domain.Name)),
-		kgo.ConsumeTopics(o.cbTopic),
-	}
-	if len(cfg.brokers) > 0 {
-		kopts = append(kopts, kgo.SeedBrokers(cfg.brokers...))
-	}
-	kopts = append(kopts, kafkaloop.ClientOpts()...)
-	kopts = append(kopts, cfg.kafkaOpts...)
-	o.cl, err = kgo.NewClient(kopts...)
-	if err != nil {
-		return nil, fmt.Errorf("orchestrator: kafka client: %w", err)
-	}
 	return o, nil
+}
+
+// baseOpts returns the seed brokers, then opts, then the user's options.
+func (o *Orchestrator[T]) baseOpts(opts ...kgo.Opt) []kgo.Opt {
+	var all []kgo.Opt
+	if len(o.cfg.brokers) > 0 {
+		all = append(all, kgo.SeedBrokers(o.cfg.brokers...))
+	}
+	all = append(all, opts...)
+	return append(all, o.cfg.kafkaOpts...)
 }
 
 // Service returns the name of the service the orchestrator is embedded in.
@@ -158,7 +190,7 @@ func (o *Orchestrator[T]) Running() <-chan struct{} { return o.running }
 func (o *Orchestrator[T]) Stats() Stats {
 	c := &o.stats
 	return Stats{
-		Started: c.started.Load(), Replies: c.replies.Load(), StaleReplies: c.stale.Load(),
+		Started: c.started.Load(), Replies: c.replies.Load(), StaleReplies: c.stale.Load(), ForeignReplies: c.foreign.Load(),
 		Commands: c.commands.Load(), DeadLettered: c.deadLettered.Load(),
 		Completed: c.completed.Load(), Compensated: c.compensated.Load(),
 		CompensationFailed: c.compensationFailed.Load(),
@@ -166,20 +198,64 @@ func (o *Orchestrator[T]) Stats() Stats {
 }
 
 // Run provisions the callback topic (and its dead-letter topic) unless
-// disabled, then consumes replies until ctx ends. On return the in-flight
-// replies are finished, marked offsets committed and the Kafka client closed.
-func (o *Orchestrator[T]) Run(ctx context.Context) error {
-	if o.closed.Load() {
+// disabled, joins the callback topic's consumer group and handles replies
+// until ctx ends. It then stops polling, finishes the replies in flight
+// (their commands get WithShutdownGrace to reach the broker), commits what
+// is marked and releases the orchestrator, as Close does. Run may be called
+// once; a second call returns ErrStarted.
+func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
+	if !o.started.CompareAndSwap(false, true) {
+		return ErrStarted
+	}
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		close(o.done)
 		return ErrClosed
 	}
-	defer o.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	o.cancelRun = cancel
+	o.mu.Unlock()
+	defer func() {
+		cancel()
+		o.releaseAll()
+		close(o.done)
+	}()
 	if o.cfg.provision {
-		if err := topics.Ensure(ctx, kadm.NewClient(o.cl), []string{o.cbTopic, topics.DeadLetterTopic(o.cbTopic)}, o.cfg.topicCfg); err != nil {
+		if err := topics.Ensure(ctx, kadm.NewClient(o.prod), topics.OrchestratorTopics(o.domain.Name), o.cfg.topicCfg); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return fmt.Errorf("orchestrator: provision: %w", err)
 		}
 	}
+	cons, err := kgo.NewClient(o.baseOpts(append([]kgo.Opt{
+		kgo.ConsumerGroup(o.cfg.group(o.scope, o.domain.Name)),
+		kgo.ConsumeTopics(o.cbTopic),
+	}, kafkaloop.ClientOpts()...)...)...)
+	if err != nil {
+		return fmt.Errorf("orchestrator: kafka consumer: %w", err)
+	}
+	defer cons.Close()
+	// Replies in flight when ctx ends still publish and persist; they get
+	// a grace period, after which the producer is closed, failing whatever
+	// it still holds (those replies are not marked and are redelivered to
+	// the next owner). A cancelled context alone would not stop a produce
+	// that is being retried.
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer pcancel()
+	stopGrace := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(o.cfg.shutdownGrace, func() {
+			pcancel()
+			o.releaseAll()
+		})
+		context.AfterFunc(pctx, func() { t.Stop() })
+	})
+	defer stopGrace()
 	o.runOnce.Do(func() { close(o.running) })
-	err := kafkaloop.Run(ctx, o.cl, o.handleRecord, kafkaloop.Options{
+	err = kafkaloop.Run(ctx, cons, func(_ context.Context, r *kgo.Record) error {
+		return o.handleRecord(pctx, r)
+	}, kafkaloop.Options{
 		Concurrency: o.cfg.concurrency,
 		Logger:      o.cfg.logger,
 	})
@@ -189,18 +265,39 @@ func (o *Orchestrator[T]) Run(ctx context.Context) error {
 	return err
 }
 
-// Close closes the Kafka client (and the store, if the orchestrator made
-// it). It is safe to call more than once. Use Run's context to stop
-// gracefully; Close alone abandons in-flight replies (they are redelivered).
+// Close stops Run (as if its context ended) and waits for it to return,
+// then closes the producer (and the store, if the orchestrator made it).
+// It is safe to call more than once, and without Run.
 func (o *Orchestrator[T]) Close() error {
-	o.closeOnce.Do(func() {
-		o.closed.Store(true)
-		o.cl.Close()
+	o.mu.Lock()
+	o.closed = true
+	cancel := o.cancelRun
+	o.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-o.done
+	}
+	o.releaseAll()
+	return nil
+}
+
+// releaseAll closes the producer and an owned store, once.
+func (o *Orchestrator[T]) releaseAll() {
+	o.release.Do(func() {
+		o.mu.Lock()
+		o.closed = true
+		o.mu.Unlock()
+		o.prod.Close()
 		if o.cfg.ownStore {
 			_ = o.store.Close()
 		}
 	})
-	return nil
+}
+
+func (o *Orchestrator[T]) isClosed() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.closed
 }
 
 func (o *Orchestrator[T]) lock(txID string) *sync.Mutex {
@@ -211,7 +308,7 @@ func (o *Orchestrator[T]) lock(txID string) *sync.Mutex {
 // persists the saga as STARTED and publishes the first command. It returns
 // the new transaction id.
 func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
-	if o.closed.Load() {
+	if o.isClosed() {
 		return "", ErrClosed
 	}
 	now := o.cfg.now()
@@ -237,9 +334,8 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 	default:
 		tx.State, tx.Error = eventstore.StateCompensated, d.reason
 	}
-	l := o.lock(txID)
-	l.Lock()
-	defer l.Unlock()
+	// No lock: the saga is persisted before its first command exists, so
+	// no reply can race with this.
 	if err := o.store.CreateTransaction(ctx, tx, nil); err != nil {
 		return "", fmt.Errorf("orchestrator: create saga: %w", err)
 	}
@@ -250,9 +346,35 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 		return txID, nil
 	}
 	if err := o.publish(ctx, &tx, d.step); err != nil {
-		return txID, err
+		return txID, o.parkUnsent(ctx, &tx, err)
 	}
 	return txID, nil
+}
+
+// parkUnsent handles a command that could not be published after its saga
+// was persisted as waiting for it: the saga is moved to RETRY_PENDING (so
+// Redrive, an admin or the recovery engine can send it again) and err is
+// returned, wrapped.
+func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transaction, err error) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	l := o.lock(tx.TxID)
+	l.Lock()
+	defer l.Unlock()
+	cur, lerr := o.store.LoadTransaction(pctx, o.scope, tx.TxID)
+	if lerr != nil || cur.Version != tx.Version {
+		return err // gone, or moved on meanwhile: leave it
+	}
+	from := cur.State
+	cur.State, cur.Error = eventstore.StateRetryPending, err.Error()
+	cur.Version++
+	cur.UpdatedAt = o.cfg.now()
+	if perr := o.store.Transition(pctx, cur, nil); perr != nil {
+		o.logger().Error("orchestrator: saga stranded: command not sent and state not saved", "tx", tx.TxID, "err", err, "persist_err", perr)
+		return err
+	}
+	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
+	return fmt.Errorf("%w (saga %s parked in RETRY_PENDING)", err, tx.TxID)
 }
 
 // Get returns the saga with transaction id txID.
@@ -277,15 +399,30 @@ func (o *Orchestrator[T]) History(ctx context.Context, txID string) ([]eventstor
 // next attempt number, against the entity snapshot taken before the step.
 // The recovery engine calls it for stalled sagas; tests and admins may too.
 func (o *Orchestrator[T]) Redrive(ctx context.Context, txID string) error {
+	tx, err := o.prepareRedrive(ctx, txID)
+	if err != nil {
+		return err
+	}
+	service, endpoint := parseQualified(tx.Endpoint)
+	if err := o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}); err != nil {
+		return o.parkUnsent(ctx, &tx, err)
+	}
+	return nil
+}
+
+// prepareRedrive moves a RETRY_PENDING saga to its next attempt and
+// persists it before the command is published: the reply to that command is
+// handled on another goroutine and must find the new attempt.
+func (o *Orchestrator[T]) prepareRedrive(ctx context.Context, txID string) (eventstore.Transaction, error) {
 	l := o.lock(txID)
 	l.Lock()
 	defer l.Unlock()
 	tx, err := o.store.LoadTransaction(ctx, o.scope, txID)
 	if err != nil {
-		return fmt.Errorf("orchestrator: redrive %s: %w", txID, err)
+		return tx, fmt.Errorf("orchestrator: redrive %s: %w", txID, err)
 	}
 	if tx.State != eventstore.StateRetryPending {
-		return fmt.Errorf("%w: %s is %s", ErrNotRetryPending, txID, tx.State)
+		return tx, fmt.Errorf("%w: %s is %s", ErrNotRetryPending, txID, tx.State)
 	}
 	from := tx.State
 	tx.Attempt++
@@ -295,14 +432,11 @@ func (o *Orchestrator[T]) Redrive(ctx context.Context, txID string) error {
 	}
 	tx.Version++
 	tx.UpdatedAt = o.cfg.now()
-	// Persist before publishing: the reply to this command is handled on
-	// another goroutine and must find the new attempt.
 	if err := o.store.Transition(ctx, tx, nil); err != nil {
-		return fmt.Errorf("orchestrator: redrive %s: %w", txID, err)
+		return tx, fmt.Errorf("orchestrator: redrive %s: %w", txID, err)
 	}
 	o.emit(Event{TxID: txID, Domain: o.domain.Name, From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt})
-	service, endpoint := parseQualified(tx.Endpoint)
-	return o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)})
+	return tx, nil
 }
 
 // publish sends the command for tx's current span, kind and attempt and
@@ -323,7 +457,7 @@ func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transactio
 		return err
 	}
 	rec := &kgo.Record{Topic: topics.CommandTopic(step.Service), Key: []byte(tx.TxID), Value: b}
-	if err := o.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+	if err := o.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("orchestrator: publish command %s span %d: %w", tx.TxID, tx.Span, err)
 	}
 	o.stats.commands.Add(1)
@@ -338,8 +472,13 @@ func (o *Orchestrator[T]) decide(ctx context.Context, f func(context.Context, *S
 		}
 	}()
 	d = f(ctx, s)
-	if d.kind == 0 {
+	switch {
+	case d.kind == 0:
 		d = Fail("event manager returned a zero Decision")
+	case d.kind == decideSend && topics.ValidName(d.step.Service) != nil:
+		d = Fail(fmt.Sprintf("event manager chose an invalid service name %q", d.step.Service))
+	case d.kind == decideSend && (d.step.Endpoint == "" || strings.ContainsAny(d.step.Endpoint, "/#")):
+		d = Fail(fmt.Sprintf("event manager chose an invalid endpoint name %q", d.step.Endpoint))
 	}
 	return d
 }

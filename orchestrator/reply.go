@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
@@ -26,6 +27,11 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 		return o.deadLetter(ctx, r, "orchestrator: not a reply: "+string(env.Type))
 	case env.Domain != o.domain.Name:
 		return o.deadLetter(ctx, r, fmt.Sprintf("orchestrator: reply for domain %q on the callback topic of %q", env.Domain, o.domain.Name))
+	case env.Region != o.scope.Region || env.Cluster != o.scope.Cluster || env.Service != o.scope.Service:
+		// Another deployment of the domain (region, virtual cluster or
+		// service) shares the callback topic; its own group handles it.
+		o.stats.foreign.Add(1)
+		return nil
 	}
 	l := o.lock(env.TxID)
 	l.Lock()
@@ -57,7 +63,7 @@ func awaitsReply(s eventstore.State) bool {
 }
 
 func (o *Orchestrator[T]) deadLetter(ctx context.Context, r *kgo.Record, reason string) error {
-	if err := o.cl.ProduceSync(ctx, topics.DeadLetter(r, reason)).FirstErr(); err != nil {
+	if err := o.prod.ProduceSync(ctx, topics.DeadLetter(r, reason)).FirstErr(); err != nil {
 		return fmt.Errorf("orchestrator: dead-letter: %w", err)
 	}
 	o.stats.deadLettered.Add(1)
@@ -182,6 +188,12 @@ func (o *Orchestrator[T]) compensate(ctx context.Context, tx *eventstore.Transac
 // sendRevert publishes the compensation decided by d.
 func (o *Orchestrator[T]) sendRevert(ctx context.Context, tx *eventstore.Transaction, d Decision, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
 	span, ok := d.span, d.hasSpan
+	if ok && !compensable(tx, span, qualify(d.step)) {
+		// Compensations go strictly downwards: anything else would undo a
+		// step twice or loop for ever.
+		tx.Error = fmt.Sprintf("orchestrator: OnNextRevert chose span %d (%s), which is not a completed step below span %d", span, qualify(d.step), tx.Span)
+		return o.terminate(ctx, tx, tryout, from, last)
+	}
 	if !ok {
 		// A plain Send from OnNextRevert compensates the latest completed
 		// span of that step below the cursor.
@@ -200,14 +212,50 @@ func (o *Orchestrator[T]) sendRevert(ctx context.Context, tx *eventstore.Transac
 	return o.sendAndPersist(ctx, tx, d.step, eventstore.StateCompensating, tryout, from, last)
 }
 
+// compensable reports whether span is a completed, compensable step of tx
+// below its compensation cursor (tx.Span), run by endpoint.
+func compensable(tx *eventstore.Transaction, span int, endpoint string) bool {
+	if span >= tx.Span {
+		return false
+	}
+	for _, c := range tx.Completed {
+		if c.Span == span {
+			return c.Compensable && c.Endpoint == endpoint
+		}
+	}
+	return false
+}
+
 // sendAndPersist publishes the command for tx's (new) span, then persists
 // the transition to state. See handleRecord for why this order is safe.
 func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Transaction, step Step, state eventstore.State, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
 	tx.UpdatedAt = o.cfg.now()
 	if err := o.publish(ctx, tx, step); err != nil {
-		return err
+		if !permanentProduceError(err) {
+			return err // retried with the reply
+		}
+		// The command can never be published (no such topic, too large,
+		// not authorised): park the saga where an admin or the recovery
+		// engine can see and re-drive it, instead of retrying for ever and
+		// stalling every saga behind it.
+		tx.Error = err.Error()
+		return o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last)
 	}
 	return o.persist(ctx, tx, state, tryout, from, last)
+}
+
+// permanentProduceError reports whether producing failed for a reason that
+// retrying will not fix.
+func permanentProduceError(err error) bool {
+	for _, e := range []error{
+		kerr.UnknownTopicOrPartition, kerr.MessageTooLarge, kerr.RecordListTooLarge,
+		kerr.InvalidTopicException, kerr.TopicAuthorizationFailed, kerr.InvalidRecord,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // terminate ends a saga whose compensation failed: COMPENSATION_FAILED, and

@@ -203,6 +203,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	defer func() { stopAll(); wg.Wait() }()
 
 	// Workers; their handlers count their own executions.
+	var workers []*worker.Worker
 	execs := &executions{seen: make(map[execKey]int32)}
 	names := placeorder.DefaultNames().WithSuffix(opts.suffix)
 	type reg func(*worker.Worker, placeorder.Observer) error
@@ -231,6 +232,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		if err := register(w, execs.observe); err != nil {
 			return result{}, err
 		}
+		workers = append(workers, w)
 		goRun(svc, w.Run)
 		select {
 		case <-w.Running():
@@ -262,8 +264,9 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		return result{}, err
 	}
 	goRun("orchestrator", o.Run)
+	var relay *duplicator.Relay
 	if opts.duplicates > 0 {
-		relay, err := duplicator.New(brokers, []string{
+		relay, err = duplicator.New(brokers, []string{
 			topics.CommandTopic(names.Inventory), topics.CommandTopic(names.Payment),
 			topics.CommandTopic(names.Shipping), topics.CallbackTopic(names.Domain),
 		}, opts.duplicates)
@@ -346,6 +349,12 @@ loop:
 		}
 	}
 	elapsed := time.Since(start)
+	if relay != nil && terminal() == opts.sagas {
+		// Copies still on their way would run after the count: let the
+		// relay and the workers go quiet first, so duplicate_executions
+		// covers every copy delivered.
+		settle(relay, workers)
+	}
 	report()
 	res := result{
 		sagas: opts.sagas, completed: int(completed.Load()), compensated: int(compensated.Load()),
@@ -416,4 +425,25 @@ func (e *executions) duplicates() int {
 		n += int(c) - 1
 	}
 	return n
+}
+
+// settle waits until the relay copies nothing more and the workers process
+// nothing more for 600ms (at most 15s).
+func settle(relay *duplicator.Relay, workers []*worker.Worker) {
+	progress := func() uint64 {
+		n := uint64(relay.Copied())
+		for _, w := range workers {
+			n += w.Stats().Processed
+		}
+		return n
+	}
+	last, quiet := progress(), 0
+	for deadline := time.Now().Add(15 * time.Second); quiet < 3 && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		if n := progress(); n != last {
+			last, quiet = n, 0
+		} else {
+			quiet++
+		}
+	}
 }
