@@ -466,3 +466,43 @@ func TestTxIDCarriesRegion(t *testing.T) {
 		t.Error("v1 uuid accepted")
 	}
 }
+
+// Values a compensation puts in the revert hint store reach the later
+// compensations of the same saga.
+func TestRevertHintsReachLaterCompensations(t *testing.T) {
+	brokers := newCluster(t)
+	ensureTopics(t, brokers, allTopics()...)
+	base := appendStep(func(cmd *topics.Envelope) (topics.Outcome, string) {
+		if cmd.Endpoint == "ship" && cmd.Kind == topics.KindProcess {
+			return topics.OutcomeNonRetryable, "no"
+		}
+		return topics.OutcomeOK, ""
+	})
+	r := startResponder(t, brokers, allTopics()[:2], func(cmd *topics.Envelope) *topics.Envelope {
+		rep := base(cmd)
+		if cmd.Kind == topics.KindRevert && cmd.Endpoint == "charge" {
+			rep.Hints = map[string]string{"refund-id": "r-" + cmd.TxID}
+		}
+		return rep
+	})
+	o := newOrch(t, brokers, testDomain())
+	runOrch(t, o)
+	ids := startN(t, o, 3)
+	waitTerminal(t, o, ids, 30*time.Second)
+	seen := 0
+	for _, c := range r.commands() {
+		if c.Kind == topics.KindRevert && c.Endpoint == "reserve" {
+			if got := c.Hints["refund-id"]; got != "r-"+c.TxID {
+				t.Errorf("%s: reserve's compensation saw hints %v", c.TxID, c.Hints)
+			}
+			seen++
+		}
+	}
+	if seen != 3 {
+		t.Fatalf("%d reserve compensations, want 3", seen)
+	}
+	s, _ := o.Get(context.Background(), ids[0])
+	if s.Hints["refund-id"] == "" {
+		t.Errorf("saga hints %v not persisted", s.Hints)
+	}
+}
