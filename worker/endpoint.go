@@ -47,16 +47,19 @@ type Step struct {
 	hints map[string]string
 }
 
-// Hint returns the value that a step of this saga put under key.
+// Hint returns the value that an earlier compensation of this saga put
+// under key (see PutHint).
 func (s *Step) Hint(key string) (string, bool) {
 	v, ok := s.hints[key]
 	return v, ok
 }
 
-// PutHint stores value under key in the saga's revert hint store. The
-// orchestrator persists the store from the reply (whatever its outcome) and
-// sends it with later commands, so values put by one compensation are
-// visible to the compensations after it.
+// PutHint stores value under key in the saga's revert hint store, which
+// the reply carries. The orchestrator keeps the store only from the reply
+// of a compensation (a Revert handler) with outcome ok, and sends it with
+// the later commands, so values put by one compensation that succeeded are
+// visible to the compensations after it. Values put by a forward step
+// (Process), or by a compensation that failed, are not kept.
 func (s *Step) PutHint(key, value string) {
 	if s.hints == nil {
 		s.hints = make(map[string]string)

@@ -102,5 +102,5 @@ func Example() {
 	// tx-1 charge process: ok "" {OrderID:o-1 Amount:250 Charge:ch-o-1} map[]
 	// tx-2 charge process: non_retryable "amount 5000 over the limit" {OrderID:o-2 Amount:5000 Charge:} map[]
 	// tx-1 charge revert: ok "" {OrderID:o-1 Amount:250 Charge:} map[refunded:ch-o-1]
-	// run: <nil> stats: {Processed:3 DeadLettered:0 Panics:0}
+	// run: <nil> stats: {Processed:3 DeadLettered:0 Undeliverable:0 Panics:0}
 }

@@ -50,6 +50,7 @@ func (testWriter) Write(p []byte) (int, error) { return len(p), nil }
 // that produces commands and reads replies and dead letters.
 type env struct {
 	t        testing.TB
+	kfake    *kfake.Cluster // nil on real Kafka
 	brokers  []string
 	command  string
 	dead     string
@@ -75,7 +76,9 @@ func newKfake(t testing.TB, opts ...kfake.Opt) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return newEnv(t, c.ListenAddrs(), service, domain, "")
+	e := newEnv(t, c.ListenAddrs(), service, domain, "")
+	e.kfake = c
+	return e
 }
 
 // newEnv starts a reader of the callback and dead-letter topics from their
@@ -359,4 +362,21 @@ func ensureCallback(t testing.TB, e *env) {
 func alterMaxBytes(n int) []kadm.AlterConfig {
 	v := strconv.Itoa(n)
 	return []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}
+}
+
+// waitStats polls w's counters until they equal want (a reply may be read
+// before its command is counted), or fails the test after 30s.
+func waitStats(t testing.TB, w *worker.Worker, want worker.Stats) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := w.Stats()
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats = %+v, want %+v", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

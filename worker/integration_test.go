@@ -34,3 +34,6 @@ func TestKafkaDeadLetters(t *testing.T)      { caseDeadLetters(t, newRealKafka(t
 func TestKafkaRestartLosesNothing(t *testing.T) {
 	caseRestart(t, newRealKafka(t), 200)
 }
+func TestKafkaBadReplyToDoesNotStall(t *testing.T) {
+	caseBadReplyToDoesNotStall(t, newRealKafka(t))
+}

@@ -42,7 +42,7 @@ type config struct {
 
 // WithBrokers sets the seed brokers, overriding kgo's default
 // (127.0.0.1:9092). A kgo.SeedBrokers passed with WithKafkaOpts wins over
-// this option.
+// this option. An empty address makes New fail.
 func WithBrokers(brokers ...string) Option {
 	return option(func(c *config) { c.brokers = append([]string(nil), brokers...) })
 }
@@ -50,13 +50,14 @@ func WithBrokers(brokers ...string) Option {
 // WithKafkaOpts adds kgo client options (TLS, SASL, a test's hooks...),
 // applied after the worker's own, so they override them. The default is
 // none. Do not override OnPartitionsRevoked (the worker commits there) or
-// OnPartitionsAssigned (Running depends on it).
+// OnPartitionsAssigned (Running depends on it). A nil option makes New fail.
 func WithKafkaOpts(opts ...kgo.Opt) Option {
 	return option(func(c *config) { c.kopts = append(c.kopts, opts...) })
 }
 
 // WithLogger sets the logger, overriding slog.Default(). The worker logs
-// dead letters at Warn and panics at Error, never a record at Info.
+// dead letters at Warn, panics and undeliverable replies at Error, never a
+// record at Info. A nil logger makes New fail.
 func WithLogger(l *slog.Logger) Option {
 	return option(func(c *config) { c.logger = l })
 }
@@ -96,7 +97,8 @@ func WithoutProvision() Option {
 }
 
 // WithGuard wraps every command's execution in g (the write-protection
-// layer), overriding the default, which runs the command as is.
+// layer), overriding the default, which runs the command as is. A nil g
+// makes New fail.
 func WithGuard(g Guard) Option {
 	return option(func(c *config) { c.guard = g })
 }

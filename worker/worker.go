@@ -5,6 +5,20 @@
 // saga's callback topic. Records that can never be handled go to the
 // dead-letter topic with the reason, and the worker goes on.
 //
+// Dead letters: a record that is not a valid envelope, is not a command or
+// names no callback topic is only dead-lettered (there is no one to tell).
+// A command for an endpoint this worker does not have is dead-lettered and
+// replied topics.OutcomeRetryable, so that the saga waits in RETRY_PENDING
+// and can be re-driven once an instance with the endpoint runs (a rolling
+// deploy). A command over WithMaxRecordBytes is dead-lettered and, if it
+// decodes, replied topics.OutcomeNonRetryable (it can never succeed). A
+// command whose reply can never be produced (its callback topic is missing,
+// not writable or invalid, or the reply is too large even without its
+// payload) is dead-lettered with ReasonReplyUndeliverable after its handler
+// ran; a reply that fails for a transient reason (Kafka unreachable, a
+// timeout) keeps the command uncommitted, and the reply is re-sent without
+// running the handler again.
+//
 // Delivery is at-least-once: a command's offset is committed only after its
 // reply is durable, so a command may run again after a crash or a
 // rebalance; use Step.IdempotencyKey for side effects, or a Guard.
@@ -48,8 +62,13 @@ const (
 	ReasonNotCommand = "not-a-command"
 	// ReasonNoReplyTo: the command names no callback topic.
 	ReasonNoReplyTo = "no-reply-to"
-	// ReasonUnknownEndpoint: no endpoint of that name is registered.
+	// ReasonUnknownEndpoint: no endpoint of that name is registered. The
+	// saga is also replied topics.OutcomeRetryable.
 	ReasonUnknownEndpoint = "unknown-endpoint"
+	// ReasonReplyUndeliverable: the handler ran but its reply can never be
+	// produced (see the package documentation); the details are the
+	// produce error.
+	ReasonReplyUndeliverable = "reply-undeliverable"
 )
 
 // shutdownGrace bounds how long a reply produced during shutdown may wait
@@ -66,10 +85,14 @@ const (
 // Stats counts what a worker did since it was made.
 type Stats struct {
 	// Processed counts the commands handled and replied to, whatever the
-	// outcome (a reply the Guard suppressed counts too).
+	// outcome (a reply the Guard suppressed counts too). The replies to
+	// dead-lettered commands do not count.
 	Processed uint64
 	// DeadLettered counts the records sent to the dead-letter topic.
 	DeadLettered uint64
+	// Undeliverable counts the commands whose handler ran but whose reply
+	// could never be produced (each also counted in DeadLettered).
+	Undeliverable uint64
 	// Panics counts handler panics (each also counted in Processed).
 	Panics uint64
 }
@@ -92,15 +115,17 @@ type Worker struct {
 	running     chan struct{}
 	runningOnce sync.Once
 
-	// pending keeps the encoded replies whose produce failed, so a retry of
-	// the same record re-sends the reply instead of running the handler
-	// again. pendingN guards the hot path from the map lookup.
-	pending  sync.Map // recordID -> *kgo.Record
+	// pending keeps the replies whose produce failed for a transient
+	// reason, so a retry of the same record re-sends the reply instead of
+	// running the handler (or dead-lettering the record) again. pendingN
+	// guards the hot path from the map lookup.
+	pending  sync.Map // recordID -> *outgoing
 	pendingN atomic.Int64
 
-	processed    atomic.Uint64
-	deadLettered atomic.Uint64
-	panics       atomic.Uint64
+	processed     atomic.Uint64
+	deadLettered  atomic.Uint64
+	undeliverable atomic.Uint64
+	panics        atomic.Uint64
 }
 
 type recordID struct {
@@ -108,8 +133,19 @@ type recordID struct {
 	offset    int64
 }
 
+// outgoing is a reply to send for a command record.
+type outgoing struct {
+	rec *kgo.Record
+	// notice: the command is already dead-lettered and the reply only tells
+	// the saga; a notice that can never be produced is dropped. Otherwise
+	// the reply is the handler's, counted in Processed once produced, and
+	// the command is dead-lettered if it can never be.
+	notice bool
+}
+
 // New makes a worker for service, whose commands arrive on
-// topics.CommandTopic(service).
+// topics.CommandTopic(service). It fails, reporting each of them, on an
+// invalid service name and on options that are nil or out of range.
 func New(service string, opts ...Option) (*Worker, error) {
 	if err := topics.ValidName(service); err != nil {
 		return nil, fmt.Errorf("worker: service: %w", err)
@@ -121,10 +157,24 @@ func New(service string, opts ...Option) (*Worker, error) {
 		group:          topics.Prefix + "." + service + ".worker",
 		guard:          passThrough{},
 	}
-	for _, o := range opts {
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("worker: option %d is nil", i))
+			continue
+		}
 		o.apply(&cfg)
 	}
-	var errs []error
+	for i, b := range cfg.brokers {
+		if b == "" {
+			errs = append(errs, fmt.Errorf("worker: broker %d is empty", i))
+		}
+	}
+	for i, o := range cfg.kopts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("worker: kafka option %d is nil", i))
+		}
+	}
 	if cfg.concurrency < 1 {
 		errs = append(errs, fmt.Errorf("worker: concurrency %d < 1", cfg.concurrency))
 	}
@@ -167,9 +217,10 @@ func (w *Worker) Cluster() string { return w.cfg.cluster }
 // Stats returns the worker's counters.
 func (w *Worker) Stats() Stats {
 	return Stats{
-		Processed:    w.processed.Load(),
-		DeadLettered: w.deadLettered.Load(),
-		Panics:       w.panics.Load(),
+		Processed:     w.processed.Load(),
+		DeadLettered:  w.deadLettered.Load(),
+		Undeliverable: w.undeliverable.Load(),
+		Panics:        w.panics.Load(),
 	}
 }
 
@@ -322,32 +373,38 @@ func (w *Worker) provision(ctx context.Context) error {
 // pctx, which ends shutdownGrace after it.
 func (w *Worker) handle(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Record) error {
 	if w.pendingN.Load() > 0 {
-		id := recordID{r.Partition, r.Offset}
-		if v, ok := w.pending.Load(id); ok {
-			if err := w.produceReply(pctx, cl, v.(*kgo.Record)); err != nil {
-				return err
-			}
-			w.pending.Delete(id)
-			w.pendingN.Add(-1)
-			w.processed.Add(1)
-			return nil
+		if v, ok := w.pending.Load(recordID{r.Partition, r.Offset}); ok {
+			return w.deliver(pctx, cl, r, v.(*outgoing))
 		}
 	}
 	if n := len(r.Key) + len(r.Value); n > w.cfg.maxRecordBytes {
-		return w.deadLetter(pctx, cl, r, fmt.Sprintf("%s: %d bytes > %d", ReasonOversize, n, w.cfg.maxRecordBytes))
+		reason := fmt.Sprintf("%s: %d bytes > %d", ReasonOversize, n, w.cfg.maxRecordBytes)
+		// It can never succeed: tell the saga if the command says where.
+		cmd, err := topics.Decode(r.Value)
+		if err != nil || cmd.Type != topics.TypeCommand || cmd.ReplyTo == "" {
+			return w.reject(pctx, cl, r, reason, "", nil)
+		}
+		notice := failedReply(cmd, topics.OutcomeNonRetryable,
+			fmt.Sprintf("worker: %s: command of %d bytes over the limit of %d", w.service, n, w.cfg.maxRecordBytes))
+		notice.Payload = nil // it is what is too large
+		return w.reject(pctx, cl, r, reason, cmd.ReplyTo, notice)
 	}
 	cmd, err := topics.Decode(r.Value)
 	switch {
 	case err != nil:
-		return w.deadLetter(pctx, cl, r, ReasonUndecodable+": "+err.Error())
+		return w.reject(pctx, cl, r, ReasonUndecodable+": "+err.Error(), "", nil)
 	case cmd.Type != topics.TypeCommand:
-		return w.deadLetter(pctx, cl, r, fmt.Sprintf("%s: type %q", ReasonNotCommand, cmd.Type))
+		return w.reject(pctx, cl, r, fmt.Sprintf("%s: type %q", ReasonNotCommand, cmd.Type), "", nil)
 	case cmd.ReplyTo == "":
-		return w.deadLetter(pctx, cl, r, ReasonNoReplyTo+": command of "+cmd.TxID+" names no callback topic")
+		return w.reject(pctx, cl, r, ReasonNoReplyTo+": command of "+cmd.TxID+" names no callback topic", "", nil)
 	}
 	ep, ok := w.endpoints[cmd.Endpoint]
 	if !ok {
-		return w.deadLetter(pctx, cl, r, fmt.Sprintf("%s: %q", ReasonUnknownEndpoint, cmd.Endpoint))
+		// Retryable: in a rolling deploy an instance without the endpoint
+		// may get the command; the saga waits in RETRY_PENDING and can be
+		// re-driven.
+		return w.reject(pctx, cl, r, fmt.Sprintf("%s: %q", ReasonUnknownEndpoint, cmd.Endpoint), cmd.ReplyTo,
+			failedReply(cmd, topics.OutcomeRetryable, fmt.Sprintf("worker: %s has no endpoint %q", w.service, cmd.Endpoint)))
 	}
 
 	reply, err := w.cfg.guard.Execute(hctx, cmd, func(ctx context.Context) *topics.Envelope {
@@ -360,24 +417,111 @@ func (w *Worker) handle(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Recor
 		w.processed.Add(1)
 		return nil
 	}
-	rec, err := w.replyRecord(r, cmd, reply)
+	// cmd.ReplyTo is read after Execute: a guard may redirect the reply.
+	rec, err := w.replyRecord(r, cmd.ReplyTo, reply)
 	if err != nil {
 		return err
 	}
-	if err := w.produceReply(pctx, cl, rec); err != nil {
-		if _, loaded := w.pending.LoadOrStore(recordID{r.Partition, r.Offset}, rec); !loaded {
-			w.pendingN.Add(1)
+	return w.deliver(pctx, cl, r, &outgoing{rec: rec})
+}
+
+// reject dead-letters r with reason and then, if notice is not nil, sends
+// it to replyTo.
+func (w *Worker) reject(ctx context.Context, cl *kgo.Client, r *kgo.Record, reason, replyTo string, notice *topics.Envelope) error {
+	var rec *kgo.Record
+	if notice != nil {
+		var err error
+		if rec, err = w.replyRecord(r, replyTo, notice); err != nil {
+			w.log.Error("worker: cannot encode the reply to a dead-lettered command", "tx", notice.TxID, "err", err)
+			rec = nil
 		}
+	}
+	if err := w.deadLetter(ctx, cl, r, reason); err != nil {
 		return err
 	}
-	w.processed.Add(1)
+	if rec == nil {
+		return nil
+	}
+	return w.deliver(ctx, cl, r, &outgoing{rec: rec, notice: true})
+}
+
+// deliver produces out, the reply for r, and returns nil once it is durable
+// or can never be. A transient failure keeps out for the retry of r and
+// returns the error. A permanent one (see permanentProduceError)
+// dead-letters r with ReasonReplyUndeliverable, or drops a notice.
+func (w *Worker) deliver(ctx context.Context, cl *kgo.Client, r *kgo.Record, out *outgoing) error {
+	err := w.produceReply(ctx, cl, out.rec)
+	switch {
+	case err == nil:
+		if !out.notice {
+			w.processed.Add(1)
+		}
+	case !permanentProduceError(err):
+		w.keep(r, out)
+		return err
+	case out.notice:
+		w.log.Warn("worker: cannot reply to a dead-lettered command, dropping the reply", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reply_to", out.rec.Topic, "err", err)
+	default:
+		if derr := w.deadLetter(ctx, cl, r, ReasonReplyUndeliverable+": "+err.Error()); derr != nil {
+			w.keep(r, out)
+			return derr
+		}
+		w.undeliverable.Add(1)
+		w.log.Error("worker: reply undeliverable, dead-lettered the command (its handler ran)", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reply_to", out.rec.Topic, "err", err)
+	}
+	if w.pendingN.Load() > 0 {
+		if _, loaded := w.pending.LoadAndDelete(recordID{r.Partition, r.Offset}); loaded {
+			w.pendingN.Add(-1)
+		}
+	}
 	return nil
 }
 
-// execute runs the handler of cmd and builds the reply; a panic becomes a
-// non-retryable reply carrying the panic value and the stack.
-func (w *Worker) execute(ctx context.Context, ep endpoint, cmd *topics.Envelope) (reply *topics.Envelope) {
-	reply = &topics.Envelope{
+// keep records out as the pending reply of r.
+func (w *Worker) keep(r *kgo.Record, out *outgoing) {
+	if _, loaded := w.pending.Swap(recordID{r.Partition, r.Offset}, out); !loaded {
+		w.pendingN.Add(1)
+	}
+}
+
+// permanentProduceError reports whether a produce failed for a reason that
+// retrying will not fix: the topic is missing (kgo has already retried its
+// metadata, see kgo.UnknownTopicRetries), invalid or not writable, or the
+// record is too large. A delivery timeout is transient even when its last
+// error is one of these.
+func permanentProduceError(err error) bool {
+	if errors.Is(err, kgo.ErrRecordTimeout) {
+		return false
+	}
+	for _, p := range []*kerr.Error{
+		kerr.UnknownTopicOrPartition,
+		kerr.MessageTooLarge,
+		kerr.RecordListTooLarge,
+		kerr.InvalidTopicException,
+		kerr.TopicAuthorizationFailed,
+	} {
+		if errors.Is(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// failedReply builds the reply header of cmd with a failure outcome and
+// msg, carrying cmd's payload and hints unchanged.
+func failedReply(cmd *topics.Envelope, outcome topics.Outcome, msg string) *topics.Envelope {
+	reply := replyHeader(cmd)
+	reply.Outcome = outcome
+	reply.Error = msg
+	reply.Payload = cmd.Payload
+	reply.Hints = cmd.Hints
+	return reply
+}
+
+// replyHeader builds the reply to cmd without outcome, error, payload or
+// hints.
+func replyHeader(cmd *topics.Envelope) *topics.Envelope {
+	return &topics.Envelope{
 		Type:           topics.TypeReply,
 		Region:         cmd.Region,
 		Cluster:        cmd.Cluster,
@@ -391,6 +535,12 @@ func (w *Worker) execute(ctx context.Context, ep endpoint, cmd *topics.Envelope)
 		Attempt:        cmd.Attempt,
 		Trace:          cmd.Trace,
 	}
+}
+
+// execute runs the handler of cmd and builds the reply; a panic becomes a
+// non-retryable reply carrying the panic value and the stack.
+func (w *Worker) execute(ctx context.Context, ep endpoint, cmd *topics.Envelope) (reply *topics.Envelope) {
+	reply = replyHeader(cmd)
 	s := &Step{
 		TxID:           cmd.TxID,
 		Domain:         cmd.Domain,
@@ -431,9 +581,9 @@ func (w *Worker) execute(ctx context.Context, ep endpoint, cmd *topics.Envelope)
 	return reply
 }
 
-// replyRecord encodes reply for cmd's callback topic, keyed by transaction
-// id.
-func (w *Worker) replyRecord(r *kgo.Record, cmd, reply *topics.Envelope) (*kgo.Record, error) {
+// replyRecord encodes reply, the reply to the command record r, for the
+// callback topic replyTo, keyed by transaction id.
+func (w *Worker) replyRecord(r *kgo.Record, replyTo string, reply *topics.Envelope) (*kgo.Record, error) {
 	reply.Type = topics.TypeReply
 	reply.ReplyTo = ""
 	reply.SentAt = time.Now()
@@ -442,10 +592,10 @@ func (w *Worker) replyRecord(r *kgo.Record, cmd, reply *topics.Envelope) (*kgo.R
 		return nil, fmt.Errorf("worker: encode reply: %w", err)
 	}
 	key := r.Key
-	if string(key) != cmd.TxID {
-		key = []byte(cmd.TxID)
+	if string(key) != reply.TxID {
+		key = []byte(reply.TxID)
 	}
-	return &kgo.Record{Topic: cmd.ReplyTo, Key: key, Value: b}, nil
+	return &kgo.Record{Topic: replyTo, Key: key, Value: b}, nil
 }
 
 // produceReply produces rec and waits until it is durable. A reply too
