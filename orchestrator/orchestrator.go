@@ -451,6 +451,8 @@ func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transactio
 	}
 	if kind == topics.KindRevert {
 		env.Hints = tx.Hints
+		// Only completed spans are compensated (sendRevert checks it).
+		env.ActionDone = true
 	}
 	b, err := topics.Encode(&env)
 	if err != nil {

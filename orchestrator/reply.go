@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -303,10 +304,20 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 // delete once it is terminal. A failure is logged, not returned: the saga's
 // state is already durable, and retrying the reply would find it stale.
 func (o *Orchestrator[T]) dropMarkers(ctx context.Context, txID string) {
+	// The saga's end is durable: finish the cleanup even if shutdown has
+	// begun, within bounds.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	var err error
-	for range 3 {
+retry:
+	for i := range 4 {
 		if err = o.store.DeleteMarkers(ctx, o.scope, txID); err == nil {
 			return
+		}
+		select {
+		case <-ctx.Done():
+			break retry
+		case <-time.After(time.Duration(50<<i) * time.Millisecond):
 		}
 	}
 	o.logger().Warn("orchestrator: could not delete execution markers of a finished saga", "tx", txID, "err", err)

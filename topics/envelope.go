@@ -76,6 +76,11 @@ type Envelope struct {
 	Attempt int `msgpack:"attempt"`
 	// ReplyTo is the callback topic a worker replies to.
 	ReplyTo string `msgpack:"reply_to,omitempty"`
+	// ActionDone, on a revert command, says that the orchestrator holds the
+	// ok reply of the action being compensated: the action ran, even if the
+	// worker's execution marker for it was lost. A compensation without it
+	// may be a null compensation (its action may never have run).
+	ActionDone bool `msgpack:"action_done,omitempty"`
 
 	// Payload is the serialised domain entity (msgpack).
 	Payload msgpack.RawMessage `msgpack:"payload,omitempty"`
