@@ -174,6 +174,17 @@ type Store interface {
 	Close() error
 }
 
+// StateReader is an optional part of a Store: reading a saga's state
+// alone, without its payload, completed list and hints. Both stores of this
+// module implement it; callers check for it at run time and fall back to
+// LoadTransaction. The conformance suite checks it on stores that have it.
+type StateReader interface {
+	// TransactionState returns the State of a saga row (what
+	// LoadTransaction would return in Transaction.State); ErrNotFound if
+	// absent. Arguments and a closed store fail as with LoadTransaction.
+	TransactionState(ctx context.Context, scope Scope, txID string) (State, error)
+}
+
 // FrozenTransaction is a row of es_frozen_transaction.
 type FrozenTransaction struct {
 	Transaction

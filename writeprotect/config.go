@@ -19,7 +19,11 @@ type Mode string
 const (
 	// Strict takes an exclusive lease with a conditional insert (a Cassandra
 	// LWT) before running a step, so a step runs once even when the same
-	// command reaches two worker instances at the same time.
+	// command reaches two worker instances at the same time. The LWT's
+	// serial consistency bounds that: with LOCAL_SERIAL (the store's
+	// default) it holds among the workers of one data centre; workers of a
+	// STRICT domain active in several data centres need SERIAL (see the
+	// package documentation).
 	Strict Mode = "STRICT"
 	// RelaxedWithDedup reads the step's marker and skips the step if it was
 	// committed; otherwise it runs the step and writes the marker with one

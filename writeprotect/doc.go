@@ -15,16 +15,36 @@
 // STRICT: INSERT ... IF NOT EXISTS USING TTL <lease> (an LWT). Applied: the
 // step runs, then its marker is committed permanently (TTL 0, COMMITTED)
 // with the encoded reply. A live lease (another instance is running the
-// step): back off and try again until it is committed or expires; after
-// the lease plus a second the guard returns ErrLeaseHeld and the worker
-// retries the command later. Committed: the step is skipped and the
-// recorded reply re-sent, so a reply lost after the commit is produced
-// again by the redelivery. A crash between lease and commit leaves the
-// lease to expire, then one other instance runs the step. The handler's
-// context ends a fifth of the lease before the lease does (leaving time to
-// commit); a handler that ignores it and overruns its lease is logged and
-// counted (Stats.LeaseOverruns), since another instance may then run the
-// step too: choose a lease longer than the step's longest run.
+// step): back off and read the marker again (plain reads: an LWT per try
+// would contend on the partition the lease holder commits to) until it is
+// committed, or gone and the insert is tried again; after the lease plus
+// a second the guard returns ErrLeaseHeld and the worker retries the
+// command later. Committed: the step is skipped and the recorded reply
+// re-sent, so a reply lost after the commit is produced again by the
+// redelivery. A crash between lease and commit leaves the lease to expire,
+// then one other instance runs the step.
+//
+// The handler's context ends a fifth of the lease before the lease does
+// (leaving time to commit), counted from before the insert. A lease taken
+// so late that this deadline has passed (the store's retries of an LWT
+// whose outcome was unknown outlasted it) is released without running the
+// step: Execute returns ErrLeaseExpired and the worker retries
+// (Stats.LateLeases). A handler that ignores its context and overruns its
+// lease is logged and counted (Stats.LeaseOverruns), since another
+// instance may then run the step too: choose a lease longer than the
+// step's longest run. A step that returns after its deadline reads its
+// marker before recording its outcome, and does not write over another
+// execution's lease or commit, nor over a compensation recorded empty
+// meanwhile (Stats.LostLeases, logged as an error).
+//
+// STRICT's exclusivity is that of the LWT, hence of the store's serial
+// consistency (eventstore/cassandra Config.SerialConsistency). With the
+// default LOCAL_SERIAL it holds among the workers of one data centre:
+// two workers of a STRICT domain in different data centres can both take
+// the lease. Deploy the workers of a STRICT domain in one data centre, or
+// set serial-consistency-level to SERIAL (Paxos across data centres, with
+// the cross-DC round trips it costs). The guard cannot see the store's
+// setting, so Config.Validate does not check it.
 //
 // RELAXED_WITH_DEDUP: read the marker; committed: skip and re-send the
 // recorded reply; otherwise run the step and write the marker with the
@@ -38,33 +58,68 @@
 // current command (its attempt and trace), so a re-driven command's reply
 // is not taken for a stale one.
 //
+// A commit can fail: the write is tried three times (bounded by
+// WithCommitTimeout, not by the caller's context), then the failure is
+// logged and counted (Stats.CommitFailures) and the reply is sent anyway,
+// because the step did run. The step then has no marker (a STRICT lease
+// left behind expires): a duplicate delivered later runs it again, and its
+// compensation relies on ActionDone (below) not to be taken for a null
+// one.
+//
 // # Null compensation and hanging actions
 //
 // As dtm's sub-transaction barrier does: a compensation first looks at the
 // marker of the action it compensates. Committed: the compensation runs,
-// guarded like any step. Absent: the guard records COMPENSATED_EMPTY on
-// the action's key with INSERT ... IF NOT EXISTS and replies ok with the
-// entity unchanged, without calling the handler (null compensation). An
-// action that then arrives finds COMPENSATED_EMPTY and is refused
-// (hanging): its handler is not called and it gets a non-retryable reply
-// whose error is ErrHanging. The reply is sent rather than nothing: the
-// orchestrator drops it as stale (the saga has moved on), it shows on the
-// callback topic what happened, and a saga that were somehow waiting for
-// the action would learn that it did not run instead of stalling. A live
-// lease on the action (STRICT: it is running) is waited for.
+// guarded like any step. A live lease on the action (STRICT: it is
+// running) is waited for.
+//
+// Absent, and the command carries topics.Envelope.ActionDone (the
+// orchestrator holds the action's ok reply; the StackSaga orchestrator
+// sets it on every compensation, since it compensates only spans whose
+// action replied ok): the action ran and its marker was lost (its commit
+// failed), so the compensation runs, guarded like any step, and nothing is
+// recorded on the action's key (Stats.MissingActionMarkers). The same
+// holds if the action's key says COMPENSATED_EMPTY: an earlier
+// compensation without ActionDone took the action for one that never ran,
+// which the ok reply refutes.
+//
+// Absent, without ActionDone: the action may never have run. The guard
+// records COMPENSATED_EMPTY on the action's key with INSERT ... IF NOT
+// EXISTS and replies ok with the entity unchanged, without calling the
+// handler (null compensation). An action that then arrives finds
+// COMPENSATED_EMPTY and is refused (hanging): its handler is not called
+// and it gets a non-retryable reply whose error is ErrHanging. The reply is
+// sent rather than nothing: the orchestrator drops it as stale (the saga
+// has moved on), it shows on the callback topic what happened, and a saga
+// that were somehow waiting for the action would learn that it did not run
+// instead of stalling. An action whose commit failed and whose
+// compensation comes without ActionDone is taken for one that never ran:
+// its effect is not undone. So is an action whose STRICT lease expired
+// after a crash (it may have had effects before the crash).
 //
 // In STRICT mode the action takes its lease with a conditional insert on
-// the same key, so of a compensation and its action arriving at the same
-// time exactly one wins: either the action runs and the compensation waits
-// for its commit and then runs, or the compensation is empty and the action
-// is refused. In RELAXED_WITH_DEDUP mode the action's marker is a plain
-// write after it ran (no LWT, by design of the mode): a compensation that
-// arrives while the action is running finds no marker and is recorded
-// empty, and the action is not stopped. This cannot happen with the
-// orchestrator's default navigation, which compensates only spans whose
-// action replied ok (so committed); use STRICT for domains whose
-// compensations may overtake their actions. In both modes an action whose
-// lease expired after a crash cannot be told from one that never ran.
+// the same key, so of a compensation without ActionDone and its action
+// arriving at the same time exactly one wins: either the action runs and
+// the compensation waits for its commit and then runs, or the compensation
+// is empty and the action is refused. In RELAXED_WITH_DEDUP mode the
+// action's marker is a plain write after it ran (no LWT, by design of the
+// mode): a compensation that arrives while the action is running finds no
+// marker and is recorded empty, and the action is not stopped (its commit
+// then overwrites the record). With ActionDone this cannot happen: the
+// action has finished before the orchestrator compensates it. Use STRICT
+// for domains whose compensations may overtake their actions.
+//
+// # Known limitation: the commit is a plain write
+//
+// A STRICT commit is an unconditional write, not an LWT conditioned on
+// the lease still being the execution's own (UPDATE ... IF owner = ? AND
+// state = 'LEASED'): that would add an LWT (about four round trips) to
+// every step to guard against a step that overruns its lease, which the
+// handler's deadline already prevents for handlers honouring their
+// context. A step that returns after its deadline reads its marker first
+// (above); what remains is the window between that read and the write: a
+// lease that expires in it, taken over or recorded empty by a
+// compensation at that moment, is overwritten.
 //
 // # Late duplicates after the saga ended
 //
@@ -72,8 +127,10 @@
 // state (after persisting that state), so a duplicate delivered later
 // would find no marker. Terminal fence: whenever the guard is about to run
 // a step (or record a null compensation) for which it found no marker, it
-// reads the saga's row (LoadTransaction; the row is in the same keyspace
-// and scope) after creating its marker and, if the saga is terminal,
+// reads the saga's state (eventstore.StateReader when the store has it, as
+// the memory and Cassandra stores do: one column; LoadTransaction, the
+// whole row, otherwise; the row is in the same keyspace and scope) after
+// creating its marker and, if the saga is terminal,
 // deletes what it created and sends nothing (Stats.TerminalFenced). After
 // the marker is created is the safe order: the partition is deleted only
 // after the saga is terminal, so a marker created in an emptied partition
@@ -87,16 +144,19 @@
 // With the terminal fence on (Cassandra round trips; an LWT costs about
 // four):
 //
-//	                         STRICT                   RELAXED_WITH_DEDUP
-//	action, first delivery   LWT + read + write       read + read + write
-//	action, duplicate        LWT                      read
-//	compensation, first      read + LWT + read + write  read + read + read + write
-//	compensation, duplicate  read + LWT               read + read
-//	null compensation        read + LWT + read        read + LWT + read
-//	hanging action           LWT                      read
-//	retryable outcome        LWT + read + delete      read + read
-//	late duplicate (fenced)  LWT + read + delete      read + read
+//	                                  STRICT                     RELAXED_WITH_DEDUP
+//	action, first delivery            LWT + read + write         read + read + write
+//	action, duplicate                 LWT                        read
+//	compensation, first               read + LWT + read + write  read + read + read + write
+//	compensation, action marker lost  read + LWT + read + write  read + read + read + write
+//	compensation, duplicate           read + LWT                 read + read
+//	null compensation                 read + LWT + read          read + LWT + read
+//	hanging action                    LWT                        read
+//	retryable outcome                 LWT + read + delete        read + read
+//	late duplicate (fenced)           LWT + read + delete        read + read
 //
-// A command waiting for a lease adds one LWT (STRICT) or read (RELAXED)
-// per try.
+// A command waiting for another execution's lease adds one read per try,
+// and in STRICT mode one more LWT once the lease is gone. A STRICT step
+// that returns after its deadline adds one read before its commit; a lease
+// taken too late costs a read and a delete to release it.
 package writeprotect

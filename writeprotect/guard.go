@@ -20,7 +20,9 @@ import (
 // Store is the part of eventstore.Store a Guard uses; eventstore.Store
 // satisfies it. The markers live in the orchestrating service's partition
 // of es_execution_markers; LoadTransaction reads the saga's row for the
-// terminal fence.
+// terminal fence. A Store that also implements eventstore.StateReader (the
+// memory and Cassandra stores do) has the fence read the saga's state alone
+// instead of the whole row.
 type Store interface {
 	InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (applied bool, existing eventstore.Marker, err error)
 	PutMarker(ctx context.Context, m eventstore.Marker) error
@@ -35,6 +37,12 @@ var (
 	// on the step outlived the wait; the worker tries the command again
 	// later.
 	ErrLeaseHeld = errors.New("writeprotect: lease held by another execution")
+	// ErrLeaseExpired is returned by Execute when a STRICT lease was taken
+	// too late to run the step within it (the store's retries of the
+	// conditional insert, or the fence read, outlasted the handler's
+	// deadline): the lease is released without running the step, and the
+	// worker tries the command again later.
+	ErrLeaseExpired = errors.New("writeprotect: lease expired before the step could run")
 	// ErrHanging is the error text of the non-retryable reply to an action
 	// refused because its compensation was already recorded.
 	ErrHanging = errors.New("writeprotect: hanging action refused: the step was already compensated before its action ran")
@@ -71,11 +79,14 @@ func markerKey(cmd *topics.Envelope, kind topics.Kind) eventstore.MarkerKey {
 // one per worker instance with New.
 type Guard struct {
 	store Store
-	cfg   Config
-	opts  options
-	log   *slog.Logger
-	seq   atomic.Uint64
-	stats counters
+	// states is store's eventstore.StateReader, if it has one (the fence
+	// then reads the saga's state alone).
+	states eventstore.StateReader
+	cfg    Config
+	opts   options
+	log    *slog.Logger
+	seq    atomic.Uint64
+	stats  counters
 }
 
 // New makes a Guard over store with cfg (validated; zero fields take the
@@ -117,7 +128,8 @@ func New(store Store, cfg Config, opts ...Option) (*Guard, error) {
 	if o.owner == "" {
 		o.owner = defaultOwner()
 	}
-	return &Guard{store: store, cfg: cfg.withDefaults(), opts: o, log: o.log.With("component", "writeprotect")}, nil
+	states, _ := store.(eventstore.StateReader)
+	return &Guard{store: store, states: states, cfg: cfg.withDefaults(), opts: o, log: o.log.With("component", "writeprotect")}, nil
 }
 
 func defaultOwner() string {
@@ -140,9 +152,9 @@ func (g *Guard) Config() Config { return g.cfg }
 // across every guard sharing the store, and returns the reply to send; it
 // implements worker.Guard. It returns (nil, nil) when there is nothing to
 // send (a late duplicate of a finished saga), and an error meaning "not
-// now" (a lease held elsewhere, the store unreachable). A panic in run
-// propagates without committing: a STRICT lease is left to expire, as
-// after a crash.
+// now" (a lease held elsewhere, a lease taken too late to run within it,
+// the store unreachable). A panic in run propagates without committing: a
+// STRICT lease is left to expire, as after a crash.
 func (g *Guard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
 	x := &execution{g: g, cmd: cmd, run: run, policy: g.cfg.Resolve(cmd.Domain)}
 	if (eventstore.Scope{Region: cmd.Region, Cluster: cmd.Cluster, Service: cmd.Service}).Validate() != nil ||
@@ -185,18 +197,28 @@ func (x *execution) fail(what string, err error) error {
 
 // barrier is the sub-transaction barrier of a compensation: it looks at the
 // marker of the action it compensates. A committed action lets the
-// compensation run (done=false). An action that never ran is recorded as
-// COMPENSATED_EMPTY with a conditional insert on the action's key, the same
-// key a STRICT action inserts its lease on, so exactly one of them wins;
-// the compensation then replies ok with the entity unchanged without
-// running (null compensation). A running action (a live lease) is waited
+// compensation run (done=false). A running action (a live lease) is waited
 // for.
+//
+// No marker: if the command says the action ran (topics.Envelope
+// ActionDone: the orchestrator holds its ok reply), the action's marker was
+// lost (its commit failed) and the compensation runs. Otherwise the action
+// may never have run: COMPENSATED_EMPTY is recorded with a conditional
+// insert on the action's key, the same key a STRICT action inserts its
+// lease on, so exactly one of them wins; the compensation then replies ok
+// with the entity unchanged without running (null compensation).
 func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done bool, err error) {
 	pk := markerKey(x.cmd, topics.KindProcess)
 	w := x.g.newWaiter(x, x.policy.Lease)
 	for {
 		m, err := x.g.store.GetMarker(ctx, pk)
 		if errors.Is(err, eventstore.ErrNotFound) {
+			if x.cmd.ActionDone {
+				x.g.stats.missingActions.Add(1)
+				x.g.log.WarnContext(ctx, "writeprotect: the action ran (its ok reply is known) but has no marker (its commit failed?): compensating it",
+					x.logArgs()...)
+				return nil, false, nil
+			}
 			applied, existing, err := x.g.store.InsertMarker(ctx, eventstore.Marker{
 				MarkerKey: pk, State: eventstore.MarkerCompensatedEmpty, Owner: x.owner(),
 			}, 0)
@@ -219,6 +241,16 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 		case eventstore.MarkerCommitted:
 			return nil, false, nil
 		case eventstore.MarkerCompensatedEmpty:
+			if x.cmd.ActionDone {
+				// An earlier compensation of this span, sent before the
+				// action's ok reply was known, took it for a null one; the
+				// action ran all the same (before that record: a refused
+				// action does not reply ok).
+				x.g.stats.missingActions.Add(1)
+				x.g.log.WarnContext(ctx, "writeprotect: the action ran (its ok reply is known) but was recorded as compensated empty: compensating it",
+					x.logArgs()...)
+				return nil, false, nil
+			}
 			x.g.stats.duplicates.Add(1)
 			x.g.log.DebugContext(ctx, "writeprotect: duplicate null compensation", x.logArgs()...)
 			return x.unchanged(topics.OutcomeOK, ""), true, nil
@@ -252,8 +284,21 @@ func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 		if applied {
 			break
 		}
-		if reply, done, err := x.existing(ctx, existing, w); done || err != nil {
-			return reply, err
+		// While another execution's lease lives, poll with plain reads:
+		// an LWT per try would contend (Paxos) on the partition the
+		// lease holder is about to commit to. The insert is tried again
+		// once the marker is gone.
+		for m := existing; ; {
+			if reply, done, err := x.existing(ctx, m, w); done || err != nil {
+				return reply, err
+			}
+			m, err = x.g.store.GetMarker(ctx, key)
+			if errors.Is(err, eventstore.ErrNotFound) {
+				break
+			}
+			if err != nil {
+				return nil, x.fail("read marker", err)
+			}
 		}
 	}
 	if fenced, err := x.fence(ctx, &key); fenced || err != nil {
@@ -263,16 +308,78 @@ func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 	// The handler's context ends a fifth of the lease before the lease
 	// does, leaving time for the commit: a handler that honours its
 	// context never runs past its exclusivity.
-	rctx, cancel := context.WithDeadline(ctx, realStart.Add(lease-lease/5))
+	runFor := lease - lease/5
+	rctx, cancel := context.WithDeadline(ctx, realStart.Add(runFor))
 	defer cancel()
+	if took := x.g.opts.now().Sub(start); rctx.Err() != nil || took >= runFor {
+		// Taking the lease (the store retries an LWT whose outcome is
+		// unknown) and the fence outlasted the run's deadline: running
+		// now would run with a dead context, or past the lease.
+		took = max(took, time.Since(realStart))
+		x.release(ctx, key, owner)
+		if err := ctx.Err(); err != nil {
+			return nil, x.fail("run", err)
+		}
+		x.g.stats.lateLeases.Add(1)
+		x.g.log.WarnContext(ctx, "writeprotect: lease taken too late to run the step within it; released, the command is retried",
+			x.logArgs("took", took, "lease", lease)...)
+		return nil, x.fail("run", fmt.Errorf("%w (%v of the %v lease spent taking it)", ErrLeaseExpired, took, lease))
+	}
 	x.g.stats.executions.Add(1)
 	reply := x.run(rctx)
-	if took := x.g.opts.now().Sub(start); took >= lease {
+	took := x.g.opts.now().Sub(start)
+	if took >= lease {
 		x.g.stats.overruns.Add(1)
 		x.g.log.WarnContext(ctx, "writeprotect: step ran longer than its lease; another instance may have run it too (raise the lease-duration)",
 			x.logArgs("took", took, "lease", lease)...)
 	}
+	if took >= runFor && !x.stillLeased(ctx, key, owner) {
+		return reply, nil
+	}
 	return x.settle(ctx, key, owner, reply, true), nil
+}
+
+// stillLeased reports whether the outcome of a STRICT run that went past
+// its deadline may be written: its lease may have expired meanwhile, and
+// the commit (a plain write) would then overwrite what another execution
+// recorded since, in particular a compensation recorded empty. It reads the
+// marker: the run's own lease, or no marker (expired, nobody took the step
+// over), may be written; another execution's lease, a committed marker or
+// COMPENSATED_EMPTY are left alone. A failed read lets the write go ahead,
+// as it would have without the check.
+func (x *execution) stillLeased(ctx context.Context, key eventstore.MarkerKey, owner string) bool {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
+	defer cancel()
+	m, err := x.g.store.GetMarker(cctx, key)
+	switch {
+	case errors.Is(err, eventstore.ErrNotFound):
+		return true
+	case err != nil:
+		x.g.log.WarnContext(ctx, "writeprotect: cannot check the lease of a step that ran past its deadline; recording its outcome anyway",
+			x.logArgs("err", err)...)
+		return true
+	case m.State == eventstore.MarkerLeased && m.Owner == owner:
+		return true
+	}
+	x.g.stats.lostLeases.Add(1)
+	msg := "writeprotect: step ran past its lease and another execution took the step over; its outcome is not recorded"
+	if m.State == eventstore.MarkerCompensatedEmpty {
+		msg = "writeprotect: step ran past its lease and its compensation was meanwhile recorded empty: its effect is NOT compensated"
+	}
+	x.g.log.ErrorContext(ctx, msg, x.logArgs("marker", m.State, "owner", m.Owner)...)
+	return false
+}
+
+// release deletes the lease this execution took, if the marker is still
+// that lease (one that expired may have been taken by another execution).
+func (x *execution) release(ctx context.Context, key eventstore.MarkerKey, owner string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
+	defer cancel()
+	m, err := x.g.store.GetMarker(cctx, key)
+	if err != nil || m.State != eventstore.MarkerLeased || m.Owner != owner {
+		return
+	}
+	x.drop(ctx, &key)
 }
 
 // relaxed reads the step's marker, skips a committed step, and otherwise
@@ -329,7 +436,15 @@ func (x *execution) fence(ctx context.Context, own *eventstore.MarkerKey) (bool,
 		return false, nil
 	}
 	scope := eventstore.Scope{Region: x.cmd.Region, Cluster: x.cmd.Cluster, Service: x.cmd.Service}
-	tx, err := x.g.store.LoadTransaction(ctx, scope, x.cmd.TxID)
+	var state eventstore.State
+	var err error
+	if x.g.states != nil {
+		state, err = x.g.states.TransactionState(ctx, scope, x.cmd.TxID)
+	} else {
+		var tx eventstore.Transaction
+		tx, err = x.g.store.LoadTransaction(ctx, scope, x.cmd.TxID)
+		state = tx.State
+	}
 	switch {
 	case errors.Is(err, eventstore.ErrNotFound):
 		// Not in this store (or not yet written): nothing to fence on.
@@ -337,12 +452,12 @@ func (x *execution) fence(ctx context.Context, own *eventstore.MarkerKey) (bool,
 	case err != nil:
 		x.drop(ctx, own)
 		return false, x.fail("read saga for the terminal fence", err)
-	case !tx.State.Terminal():
+	case !state.Terminal():
 		return false, nil
 	}
 	x.drop(ctx, own)
 	x.g.stats.fenced.Add(1)
-	x.g.log.WarnContext(ctx, "writeprotect: late duplicate of a finished saga dropped", x.logArgs("state", tx.State)...)
+	x.g.log.WarnContext(ctx, "writeprotect: late duplicate of a finished saga dropped", x.logArgs("state", state)...)
 	return true, nil
 }
 

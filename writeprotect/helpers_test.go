@@ -292,3 +292,12 @@ func (f *faultStore) LoadTransaction(ctx context.Context, s eventstore.Scope, tx
 	}
 	return f.Store.LoadTransaction(ctx, s, tx)
 }
+
+// TransactionState keeps the guard's fence on the state read
+// (eventstore.StateReader, which both stores have); loadErr fails it too.
+func (f *faultStore) TransactionState(ctx context.Context, s eventstore.Scope, tx string) (eventstore.State, error) {
+	if e := f.loadErr.Load(); e != nil {
+		return "", *e
+	}
+	return f.Store.(eventstore.StateReader).TransactionState(ctx, s, tx)
+}

@@ -74,8 +74,9 @@ func WithCommitTimeout(d time.Duration) Option {
 
 // WithoutTerminalFence turns off the terminal fence: by default, before
 // running a step whose marker it did not find, the guard reads the saga's
-// row (Store.LoadTransaction, one read) and drops the command if the saga
-// is terminal, because the orchestrator deletes a terminal saga's markers
+// state (eventstore.StateReader if the store has it, else
+// Store.LoadTransaction; one read) and drops the command if the saga is
+// terminal, because the orchestrator deletes a terminal saga's markers
 // and a late duplicate would otherwise run again. Turn it off only when the
 // worker's store does not hold the orchestrator's saga rows.
 func WithoutTerminalFence() Option {

@@ -32,6 +32,7 @@ func runScenarios(t *testing.T, sc scale, newBackend func(t *testing.T) *backend
 			t.Run("Compensation", func(t *testing.T) { scenarioCompensation(t, newBackend(t), mode) })
 			t.Run("TerminalFence", func(t *testing.T) { scenarioTerminalFence(t, newBackend(t), mode) })
 			t.Run("ReplyAddressedToRedrive", func(t *testing.T) { scenarioRedrive(t, newBackend(t), mode) })
+			t.Run("CommitFailureThenCompensation", func(t *testing.T) { scenarioCommitFailure(t, newBackend(t), mode) })
 		})
 	}
 	t.Run("STRICT/ConcurrentInstances", func(t *testing.T) { scenarioConcurrent(t, newBackend(t), sc) })
@@ -256,6 +257,74 @@ func scenarioRedrive(t *testing.T, b *backend, mode writeprotect.Mode) {
 	}
 }
 
+// The action runs but its commit fails (the store refuses the write until
+// the guard gives up): the guard replies ok all the same and no marker
+// records the action. The orchestrator, holding that ok reply, compensates
+// the span and says so (ActionDone): the compensation runs, guarded like
+// any step; it is not taken for a null compensation (review finding: it
+// was, and the action's effect was never undone). A compensation without
+// ActionDone in the same situation is still a null compensation: only the
+// orchestrator knows that the action ran.
+func scenarioCommitFailure(t *testing.T, base *backend, mode writeprotect.Mode) {
+	ctx := context.Background()
+	fs := &faultStore{Store: base.store}
+	b := *base
+	b.store = fs
+	scope := uniqueScope(t)
+	g1, g2 := b.guard(t, mode), b.guard(t, mode)
+	var h handler
+	for span := 1; span <= 2; span++ {
+		proc := command(scope, "tx-lost-commit", span, topics.KindProcess)
+		fs.putErr.Store(injected())
+		rep, err := g1.Execute(ctx, proc, h.run(proc))
+		fs.putErr.Store(nil)
+		if err != nil || rep.Outcome != topics.OutcomeOK {
+			t.Fatalf("span %d action: reply %+v, err %v", span, rep, err)
+		}
+	}
+	if st := g1.Stats(); st.CommitFailures != 2 || st.Executions != 2 {
+		t.Fatalf("stats after the failed commits %+v", st)
+	}
+	// A STRICT lease left behind expires (on Cassandra the compensation
+	// waits for it).
+	b.expire()
+
+	rev := command(scope, "tx-lost-commit", 1, topics.KindRevert)
+	rev.ActionDone = true
+	r1 := execute(t, g1, rev, h.run(rev))
+	if r1.Outcome != topics.OutcomeOK || str(r1.Payload) != "entity-v1|revert-run-3" {
+		t.Fatalf("compensation reply %+v", r1)
+	}
+	if st := g1.Stats(); st.NullCompensations != 0 || st.MissingActionMarkers != 1 || st.Executions != 3 {
+		t.Fatalf("stats after the compensation %+v", st)
+	}
+	if _, err := b.store.GetMarker(ctx, writeprotect.MarkerKeyFor(command(scope, "tx-lost-commit", 1, topics.KindProcess))); !errors.Is(err, eventstore.ErrNotFound) {
+		t.Fatalf("action marker after the compensation: %v, want none (no COMPENSATED_EMPTY)", err)
+	}
+	m, err := b.store.GetMarker(ctx, writeprotect.MarkerKeyFor(rev))
+	if err != nil || m.State != eventstore.MarkerCommitted {
+		t.Fatalf("compensation marker %+v, %v; want COMMITTED", m, err)
+	}
+	// The compensation is guarded like any step: a duplicate, on another
+	// instance, re-sends its recorded reply.
+	r2 := execute(t, g2, rev, h.run(rev))
+	if err := sameReply(r1, r2); err != nil {
+		t.Fatalf("duplicate compensation: %v", err)
+	}
+
+	// Span 2, compensated without ActionDone: a null compensation.
+	rev2 := command(scope, "tx-lost-commit", 2, topics.KindRevert)
+	if r := execute(t, g1, rev2, h.run(rev2)); r.Outcome != topics.OutcomeOK || str(r.Payload) != "entity-v1" {
+		t.Fatalf("compensation without ActionDone: %+v", r)
+	}
+	if got, want := fmt.Sprint(h.ran()), "[tx-lost-commit/1/process tx-lost-commit/2/process tx-lost-commit/1/revert]"; got != want {
+		t.Fatalf("runs %s, want %s", got, want)
+	}
+	if st := sumStats(g1, g2); st.NullCompensations != 1 || st.DuplicatesSkipped != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
 // The same command reaches several instances at once, for many sagas: one
 // run per saga, every instance replies the recorded reply.
 func scenarioConcurrent(t *testing.T, b *backend, sc scale) {
@@ -423,4 +492,36 @@ func scenarioRace(t *testing.T, b *backend, txs int) {
 		t.Fatalf("stats %+v with %d empty compensations", st, empty)
 	}
 	t.Logf("%d sagas: %d ran action then compensation, %d compensated empty and refused the action", txs, ranBoth, empty)
+}
+
+// A compensation that says its action ran (ActionDone) is not stopped by a
+// COMPENSATED_EMPTY that an earlier compensation without ActionDone
+// recorded: the action's ok reply shows that it ran before that record.
+func TestActionDoneOverridesRecordedNullCompensation(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			b := memoryBackend(t)
+			g := b.guard(t, mode)
+			var h handler
+			scope := uniqueScope(t)
+			rev := command(scope, "tx-done-over-empty", 1, topics.KindRevert)
+			if r := execute(t, g, rev, h.run(rev)); r.Outcome != topics.OutcomeOK || h.runs.Load() != 0 {
+				t.Fatalf("null compensation %+v, runs %d", r, h.runs.Load())
+			}
+			done := *rev
+			done.ActionDone = true
+			r := execute(t, g, &done, h.run(&done))
+			if r.Outcome != topics.OutcomeOK || str(r.Payload) != "entity-v1|revert-run-1" || h.runs.Load() != 1 {
+				t.Fatalf("compensation with ActionDone %+v, runs %d", r, h.runs.Load())
+			}
+			// A late action is still refused: the record stays.
+			proc := command(scope, "tx-done-over-empty", 1, topics.KindProcess)
+			if r := execute(t, g, proc, h.run(proc)); r.Error != writeprotect.ErrHanging.Error() || h.runs.Load() != 1 {
+				t.Fatalf("late action %+v, runs %d", r, h.runs.Load())
+			}
+			if st := g.Stats(); st.NullCompensations != 1 || st.MissingActionMarkers != 1 || st.HangingRefusals != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
 }

@@ -36,40 +36,63 @@ type Stats struct {
 	// CommitFailures counts executions whose outcome could not be recorded;
 	// their reply was sent anyway.
 	CommitFailures uint64
+	// LateLeases counts STRICT leases taken too late to run the step
+	// within them (taking the lease and the fence outlasted the handler's
+	// deadline): the lease was released, the step not run, and Execute
+	// returned ErrLeaseExpired.
+	LateLeases uint64
+	// LostLeases counts STRICT executions that ran past their deadline and
+	// found, before recording their outcome, that another execution had
+	// taken the step over or that its compensation had been recorded
+	// empty: their outcome was not written over that marker.
+	LostLeases uint64
+	// MissingActionMarkers counts compensations run although their
+	// action's marker was missing or COMPENSATED_EMPTY, because the command
+	// said the action ran (topics.Envelope.ActionDone): a commit that
+	// failed after the action ran. Without ActionDone they would have been
+	// null compensations.
+	MissingActionMarkers uint64
 }
 
 // Add returns the sum of s and o (for totals over several guards).
 func (s Stats) Add(o Stats) Stats {
 	return Stats{
-		Executions:        s.Executions + o.Executions,
-		DuplicatesSkipped: s.DuplicatesSkipped + o.DuplicatesSkipped,
-		LeaseWaits:        s.LeaseWaits + o.LeaseWaits,
-		LeaseHeld:         s.LeaseHeld + o.LeaseHeld,
-		NullCompensations: s.NullCompensations + o.NullCompensations,
-		HangingRefusals:   s.HangingRefusals + o.HangingRefusals,
-		TerminalFenced:    s.TerminalFenced + o.TerminalFenced,
-		Released:          s.Released + o.Released,
-		LeaseOverruns:     s.LeaseOverruns + o.LeaseOverruns,
-		CommitFailures:    s.CommitFailures + o.CommitFailures,
+		Executions:           s.Executions + o.Executions,
+		DuplicatesSkipped:    s.DuplicatesSkipped + o.DuplicatesSkipped,
+		LeaseWaits:           s.LeaseWaits + o.LeaseWaits,
+		LeaseHeld:            s.LeaseHeld + o.LeaseHeld,
+		NullCompensations:    s.NullCompensations + o.NullCompensations,
+		HangingRefusals:      s.HangingRefusals + o.HangingRefusals,
+		TerminalFenced:       s.TerminalFenced + o.TerminalFenced,
+		Released:             s.Released + o.Released,
+		LeaseOverruns:        s.LeaseOverruns + o.LeaseOverruns,
+		CommitFailures:       s.CommitFailures + o.CommitFailures,
+		LateLeases:           s.LateLeases + o.LateLeases,
+		LostLeases:           s.LostLeases + o.LostLeases,
+		MissingActionMarkers: s.MissingActionMarkers + o.MissingActionMarkers,
 	}
 }
 
 type counters struct {
 	executions, duplicates, leaseWaits, leaseHeld, nullComps, hanging,
-	fenced, released, overruns, commitFailures atomic.Uint64
+	fenced, released, overruns, commitFailures, lateLeases, lostLeases,
+	missingActions atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Executions:        c.executions.Load(),
-		DuplicatesSkipped: c.duplicates.Load(),
-		LeaseWaits:        c.leaseWaits.Load(),
-		LeaseHeld:         c.leaseHeld.Load(),
-		NullCompensations: c.nullComps.Load(),
-		HangingRefusals:   c.hanging.Load(),
-		TerminalFenced:    c.fenced.Load(),
-		Released:          c.released.Load(),
-		LeaseOverruns:     c.overruns.Load(),
-		CommitFailures:    c.commitFailures.Load(),
+		Executions:           c.executions.Load(),
+		DuplicatesSkipped:    c.duplicates.Load(),
+		LeaseWaits:           c.leaseWaits.Load(),
+		LeaseHeld:            c.leaseHeld.Load(),
+		NullCompensations:    c.nullComps.Load(),
+		HangingRefusals:      c.hanging.Load(),
+		TerminalFenced:       c.fenced.Load(),
+		Released:             c.released.Load(),
+		LeaseOverruns:        c.overruns.Load(),
+		CommitFailures:       c.commitFailures.Load(),
+		LateLeases:           c.lateLeases.Load(),
+		LostLeases:           c.lostLeases.Load(),
+		MissingActionMarkers: c.missingActions.Load(),
 	}
 }

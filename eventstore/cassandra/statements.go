@@ -29,6 +29,7 @@ var tableNames = []string{
 const (
 	cqlInsertTxIfNotExists = `INSERT INTO {ks}.es_transaction (region, cluster, service_name, transaction_id, domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS`
 	cqlUpsertTx            = `INSERT INTO {ks}.es_transaction (region, cluster, service_name, transaction_id, domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	cqlSelectTxState       = `SELECT running_status FROM {ks}.es_transaction WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
 	cqlSelectTx            = `SELECT domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, created_at, updated_at FROM {ks}.es_transaction WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
 
 	cqlInsertTryout  = `INSERT INTO {ks}.es_transaction_tryout (region, cluster, service_name, transaction_id, tryout_index, span, kind, endpoint, attempt, outcome, error, entity_before, entity_after, resume_context, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
@@ -67,7 +68,7 @@ const (
 
 // statements holds the store's statements with the keyspace filled in.
 type statements struct {
-	insertTxIfNotExists, upsertTx, selectTx                         string
+	insertTxIfNotExists, upsertTx, selectTx, selectTxState          string
 	insertTryout, selectTryouts                                     string
 	insertFrozen, deleteFrozen, selectFrozenOne, selectFrozenAfter  string
 	insertMarkerIfNotExists, putMarker, selectMarker, selectMarkers string
@@ -82,7 +83,7 @@ type statements struct {
 func newStatements(keyspace string) statements {
 	r := func(s string) string { return strings.ReplaceAll(s, keyspacePlaceholder, keyspace) }
 	return statements{
-		insertTxIfNotExists: r(cqlInsertTxIfNotExists), upsertTx: r(cqlUpsertTx), selectTx: r(cqlSelectTx),
+		insertTxIfNotExists: r(cqlInsertTxIfNotExists), upsertTx: r(cqlUpsertTx), selectTx: r(cqlSelectTx), selectTxState: r(cqlSelectTxState),
 		insertTryout: r(cqlInsertTryout), selectTryouts: r(cqlSelectTryouts),
 		insertFrozen: r(cqlInsertFrozen), deleteFrozen: r(cqlDeleteFrozen), selectFrozenOne: r(cqlSelectFrozenOne), selectFrozenAfter: r(cqlSelectFrozenAfter),
 		insertMarkerIfNotExists: r(cqlInsertMarkerIfNotExists), putMarker: r(cqlPutMarker), selectMarker: r(cqlSelectMarker), selectMarkers: r(cqlSelectMarkers),

@@ -90,7 +90,10 @@ type Store struct {
 	once     sync.Once
 }
 
-var _ eventstore.Store = (*Store)(nil)
+var (
+	_ eventstore.Store       = (*Store)(nil)
+	_ eventstore.StateReader = (*Store)(nil)
+)
 
 // New validates cfg (after filling defaults), applies the schema when
 // cfg.CreateSchema is set, and opens a session on cfg.Keyspace. An invalid
@@ -405,6 +408,23 @@ func (s *Store) LoadTransaction(ctx context.Context, scope eventstore.Scope, txI
 		return eventstore.Transaction{}, s.fail("load transaction", err)
 	}
 	return x.result(scope, txID), nil
+}
+
+// TransactionState reads a saga's state alone (eventstore.StateReader):
+// one read of the running_status column of the saga's row.
+func (s *Store) TransactionState(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.State, error) {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
+		return "", err
+	}
+	var state string
+	err := s.read(s.st.selectTxState, scope.Region, scope.Cluster, scope.Service, txID).ScanContext(ctx, &state)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return "", fmt.Errorf("cassandra: transaction %q: %w", txID, eventstore.ErrNotFound)
+	}
+	if err != nil {
+		return "", s.fail("read transaction state", err)
+	}
+	return eventstore.State(state), nil
 }
 
 // Transition overwrites the saga row and, with a tryout, writes both in one

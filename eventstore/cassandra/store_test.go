@@ -79,6 +79,8 @@ func TestStatementCounts(t *testing.T) {
 			cassandra.Stats{Writes: 1, Tables: map[string]cassandra.TableStats{cassandra.TableTransaction: {Writes: 1}}}},
 		{"LoadTransaction", func() error { _, err := s.LoadTransaction(ctx, scope, tx.TxID); return err },
 			cassandra.Stats{Reads: 1, Tables: map[string]cassandra.TableStats{cassandra.TableTransaction: {Reads: 1}}}},
+		{"TransactionState", func() error { _, err := s.TransactionState(ctx, scope, tx.TxID); return err },
+			cassandra.Stats{Reads: 1, Tables: map[string]cassandra.TableStats{cassandra.TableTransaction: {Reads: 1}}}},
 		{"InsertMarker", func() error {
 			_, _, err := s.InsertMarker(ctx, eventstore.Marker{MarkerKey: eventstore.MarkerKey{Scope: scope, TxID: tx.TxID, Kind: "process", Site: "w"}, State: eventstore.MarkerLeased, Owner: "o"}, 5*time.Second)
 			return err

@@ -55,7 +55,10 @@ type Store struct {
 	dir directory
 }
 
-var _ eventstore.Store = (*Store)(nil)
+var (
+	_ eventstore.Store       = (*Store)(nil)
+	_ eventstore.StateReader = (*Store)(nil)
+)
 
 // New returns an empty in-memory store.
 func New(opts ...Option) *Store {
@@ -163,6 +166,21 @@ func (s *Store) LoadTransaction(ctx context.Context, scope eventstore.Scope, txI
 		return eventstore.Transaction{}, fmt.Errorf("memory: transaction %q: %w", txID, eventstore.ErrNotFound)
 	}
 	return cloneTx(rec.tx), nil
+}
+
+// TransactionState reads a saga's state alone (eventstore.StateReader).
+func (s *Store) TransactionState(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.State, error) {
+	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
+		return "", err
+	}
+	sh := s.shard(txID)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	rec, ok := sh.txs[txKey{scope, txID}]
+	if !ok {
+		return "", fmt.Errorf("memory: transaction %q: %w", txID, eventstore.ErrNotFound)
+	}
+	return rec.tx.State, nil
 }
 
 // Transition overwrites the saga row and writes tryout, if non-nil,

@@ -90,6 +90,7 @@ var tests = []test{
 	{"TransactionRoundTrip", testTransactionRoundTrip},
 	{"CreateExisting", testCreateExisting},
 	{"LoadMissing", testLoadMissing},
+	{"TransactionState", testTransactionState},
 	{"TransitionOverwrites", testTransitionOverwrites},
 	{"TryoutsOrdered", testTryoutsOrdered},
 	{"ScopeIsolation", testScopeIsolation},

@@ -166,6 +166,48 @@ func testLoadMissing(t *testing.T, e *env) {
 	}
 }
 
+// testTransactionState checks the optional eventstore.StateReader: the
+// state LoadTransaction would return, with the same errors.
+func testTransactionState(t *testing.T, e *env) {
+	sr, ok := e.store.(eventstore.StateReader)
+	if !ok {
+		t.Log("the store does not implement eventstore.StateReader")
+		return
+	}
+	ctx := t.Context()
+	_, err := sr.TransactionState(ctx, e.scope, "tx-state")
+	mustIs(t, err, eventstore.ErrNotFound, "TransactionState of a missing saga")
+	tx := fullTx(e.scope, "tx-state")
+	must(t, e.store.CreateTransaction(ctx, tx, nil), "CreateTransaction")
+	st, err := sr.TransactionState(ctx, e.scope, tx.TxID)
+	must(t, err, "TransactionState")
+	if st != tx.State {
+		t.Fatalf("TransactionState %q, want %q", st, tx.State)
+	}
+	tx.State, tx.Version = eventstore.StateCompensated, tx.Version+1
+	must(t, e.store.Transition(ctx, tx, nil), "Transition")
+	if st, err = sr.TransactionState(ctx, e.scope, tx.TxID); err != nil || st != eventstore.StateCompensated {
+		t.Fatalf("TransactionState after Transition: %q, %v; want %q", st, err, eventstore.StateCompensated)
+	}
+	other := e.scope
+	other.Service += "-other"
+	_, err = sr.TransactionState(ctx, other, tx.TxID)
+	mustIs(t, err, eventstore.ErrNotFound, "TransactionState in another scope")
+	bad := e.scope
+	bad.Region = ""
+	_, err = sr.TransactionState(ctx, bad, tx.TxID)
+	mustIs(t, err, eventstore.ErrInvalid, "TransactionState with an empty region")
+	_, err = sr.TransactionState(ctx, e.scope, "")
+	mustIs(t, err, eventstore.ErrInvalid, "TransactionState with an empty id")
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = sr.TransactionState(canceled, e.scope, tx.TxID)
+	mustIs(t, err, context.Canceled, "TransactionState with a canceled context")
+	must(t, e.store.Close(), "Close")
+	_, err = sr.TransactionState(ctx, e.scope, tx.TxID)
+	mustIs(t, err, eventstore.ErrClosed, "TransactionState after Close")
+}
+
 func testTransitionOverwrites(t *testing.T, e *env) {
 	ctx := t.Context()
 	tx := fullTx(e.scope, "tx-transition")
