@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/sagatest"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
 )
@@ -55,25 +56,43 @@ func TestAcceptanceRelaxed(t *testing.T) {
 	acceptance(t, env, 500)
 }
 
-func acceptance(t *testing.T, env *sagatest.Env, sagas int) {
+// acceptance runs sagas sagas in env and checks them; it returns their
+// orchestrator and names.
+func acceptance(t *testing.T, env *sagatest.Env, sagas int) (*orchestrator.Orchestrator[Order], names) {
 	began := time.Now()
-	o := start(env, uniqueNames(t))
+	n := uniqueNames(t)
+	o := start(env, n)
 	ids, want := run(t, o, sagas, 10)
 	checkEnd(t, env, o, ids, want, 1)
 	env.AssertExactlyOnce()
 	checkNoMarkers(t, env, o, ids)
-	t.Logf("%d sagas in %v\nharness %+v\nwrite protection %+v", sagas, time.Since(began).Round(time.Millisecond), env.Stats(), env.WriteProtectionStats())
+	t.Logf("%d sagas in %v\nharness %+v\nwrite protection %+v\norchestrator %+v", sagas, time.Since(began).Round(time.Millisecond),
+		env.Stats(), env.WriteProtectionStats(), o.Stats())
+	return o, n
 }
 
 // Every knob works on a real broker too (restarts rewind a real group's
-// offsets, relays copy real topics).
+// offsets, crashes leave real offsets uncommitted, relays copy real
+// topics).
 func TestRealKafkaAllFaults(t *testing.T) {
+	cfg := writeprotect.DefaultConfig()
+	cfg.DefaultMode, cfg.DefaultLease = writeprotect.Strict, time.Second
 	env := sagatest.New(t, sagatest.WithKafka(testenv.KafkaBrokers(t)...),
-		sagatest.WithWriteProtection(writeprotect.Strict),
+		sagatest.WithWriteProtectionConfig(cfg),
 		sagatest.DuplicateCommands(1), sagatest.DuplicateReplies(1), sagatest.TwinWorkers(),
-		sagatest.RestartWorkersEvery(10), sagatest.ReorderReplies())
-	acceptance(t, env, 60)
-	if st := env.Stats(); st.CommandCopies == 0 || st.ReplyCopies == 0 || st.Restarts == 0 || st.TwinMeetings == 0 || st.ReorderedReplies == 0 {
+		sagatest.RestartWorkersEvery(10), sagatest.CrashWorkersEvery(15), sagatest.ReorderReplies())
+	o, n := acceptance(t, env, 60)
+	st := env.Stats()
+	if st.CommandCopies == 0 || st.ReplyCopies == 0 || st.Restarts == 0 || st.TwinMeetings == 0 ||
+		st.CrashesInRun == 0 || st.CrashesBeforeReply == 0 {
 		t.Errorf("stats %+v: a knob did nothing", st)
+	}
+	// Stale replies with another span or kind than a newer reply of their
+	// saga reached the orchestrator after it, which ignored them.
+	if n := staleReplies(t, env, n.domain); n == 0 || n != int(st.ReorderedReplies) {
+		t.Errorf("%d stale replies on the callback topic after a newer one, %d reordered", n, st.ReorderedReplies)
+	}
+	if os := o.Stats(); os.StaleReplies < st.ReorderedReplies {
+		t.Errorf("orchestrator ignored %d replies, fewer than the %d reordered", os.StaleReplies, st.ReorderedReplies)
 	}
 }

@@ -31,16 +31,31 @@
 //     HeaderCopy header and are not copied again).
 //   - DuplicateReplies(k): workers reply to a staging topic, from which a
 //     relay writes every reply k+1 times to the domain's callback topic.
-//   - ReorderReplies: that relay holds replies for ReorderWindow and
-//     releases each batch in reverse order.
+//   - ReorderReplies: replies go through that relay, which keeps a copy
+//     of the latest reply of each saga and writes it again, marked with
+//     HeaderStale, right after the saga's next reply with another (span,
+//     kind, attempt): a stale reply arriving after a newer one, which the
+//     orchestrator must ignore. (A saga has one command in flight, so its
+//     different replies cannot overtake each other otherwise.)
 //   - TwinWorkers: every worker service runs two instances in two consumer
 //     groups, so each command reaches both; the first to receive a command
 //     waits up to TwinWindow for the other, so both hand it to their
 //     guards together.
-//   - RestartWorkersEvery(n) and Service.Restart: a worker instance is
-//     stopped, its group's committed offsets are set back to where they
-//     stood at its start (as if its commits had been lost in a crash), and
-//     a new instance is started, which is handed those commands again.
+//   - RestartWorkersEvery(n) and Service.Restart: restart with
+//     redelivery. A worker instance is stopped gracefully (the handlers in
+//     flight finish, reply and commit), its group's committed offsets are
+//     set back to where they stood when it started, and a new instance is
+//     started: the commands the stopped one handled since it started are
+//     delivered again to its replacement. No handler is interrupted.
+//   - CrashWorkersEvery(n): a worker instance crashes in the middle of a
+//     command, alternately before its handler runs (a STRICT guard holds
+//     the step's lease) and after its guard returned the reply (the
+//     step's marker is committed) but before the reply is sent. No
+//     command still in the instance's guard replies, nothing past the
+//     crashed command on its partition is committed, and the instance's
+//     replacement is handed the command again. A handler
+//     killed half way through its side effects is not simulated
+//     (writeprotect's kill test SIGKILLs a real process there).
 //
 // # Counting
 //
@@ -51,7 +66,10 @@
 // or WithWriteProtection rather than worker.WithGuard. Settle waits until
 // every record produced has been handled and committed by every consumer,
 // so that late duplicates are counted before a test looks at the counts;
-// AssertExactlyOnce settles first.
+// AssertExactlyOnce settles first. It then checks both halves of "exactly
+// once": no step ran twice, and every step whose saga recorded a reply ok
+// or non_retryable for it in the event store (the orchestrator's tryouts)
+// did run, null compensations excepted.
 //
 // # Names
 //

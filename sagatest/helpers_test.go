@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
@@ -212,4 +217,89 @@ func (g *memoGuard) Execute(ctx context.Context, cmd *topics.Envelope, run func(
 // shared returns a WithGuard factory handing every instance g.
 func shared(g worker.Guard) func(string) worker.Guard {
 	return func(string) worker.Guard { return g }
+}
+
+// staleReplies reads the callback topic of domain and checks every reply
+// ReorderReplies marked stale: an earlier reply of its saga, with another
+// span or kind than a reply that first appeared after it and before it,
+// the one its sagatest.HeaderStale header names. It returns how many
+// stale replies it found.
+func staleReplies(t *testing.T, env *sagatest.Env, domain string) int {
+	t.Helper()
+	topic := topics.CallbackTopic(domain)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers()...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[int32]int64{} // partition -> end offset not yet reached
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	type reply struct {
+		span int
+		kind topics.Kind
+	}
+	first := map[string]map[string]int{} // tx -> span/kind/attempt -> position of its first appearance
+	ids := map[string]map[string]reply{}
+	pos, stale, bad := 0, 0, 0
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s: %v (partitions left %v)", topic, ctx.Err(), left)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+			m, err := topics.Decode(r.Value)
+			if err != nil {
+				t.Errorf("%s[%d]@%d: %v", topic, r.Partition, r.Offset, err)
+				return
+			}
+			id := strconv.Itoa(m.Span) + "/" + string(m.Kind) + "/" + strconv.Itoa(m.Attempt)
+			pos++
+			if first[m.TxID] == nil {
+				first[m.TxID], ids[m.TxID] = map[string]int{}, map[string]reply{}
+			}
+			newer := ""
+			for _, h := range r.Headers {
+				if h.Key == sagatest.HeaderStale {
+					newer = string(h.Value)
+				}
+			}
+			if newer == "" {
+				if _, ok := first[m.TxID][id]; !ok {
+					first[m.TxID][id] = pos
+					ids[m.TxID][id] = reply{m.Span, m.Kind}
+				}
+				return
+			}
+			stale++
+			at, seen := first[m.TxID][id]
+			nat, nseen := first[m.TxID][newer]
+			if !seen || !nseen || nat <= at || ids[m.TxID][newer] == (reply{m.Span, m.Kind}) {
+				if bad++; bad <= 5 {
+					t.Errorf("stale reply %s of %s at %s[%d]@%d does not follow a newer reply %s with another span or kind",
+						id, m.TxID, topic, r.Partition, r.Offset, newer)
+				}
+			}
+		})
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d stale replies misplaced", bad, stale)
+	}
+	return stale
 }

@@ -20,9 +20,6 @@ const (
 	// TwinWindow is how long the first of two twin instances to receive a
 	// command waits for the other one before running it alone.
 	TwinWindow = 200 * time.Millisecond
-	// ReorderWindow is how long the reply relay of ReorderReplies gathers
-	// replies before releasing them in reverse order.
-	ReorderWindow = 15 * time.Millisecond
 )
 
 // Option configures an Env.
@@ -48,6 +45,7 @@ type config struct {
 	replyCopies  int
 	twins        bool
 	restartEvery int
+	crashEvery   int
 	reorder      bool
 }
 
@@ -88,9 +86,16 @@ func WithGuard(newGuard func(service string) worker.Guard) Option {
 // the default lease, made with opts (the env's logger unless opts set
 // one). It replaces WithGuard. Default: no guard.
 func WithWriteProtection(mode writeprotect.Mode, opts ...writeprotect.Option) Option {
+	cfg := writeprotect.DefaultConfig()
+	cfg.DefaultMode = mode
+	return WithWriteProtectionConfig(cfg, opts...)
+}
+
+// WithWriteProtectionConfig is WithWriteProtection with a whole
+// configuration: modes and leases per domain (a short lease makes a test
+// of CrashWorkersEvery under STRICT faster).
+func WithWriteProtectionConfig(cfg writeprotect.Config, opts ...writeprotect.Option) Option {
 	return optFunc(func(c *config) {
-		cfg := writeprotect.DefaultConfig()
-		cfg.DefaultMode = mode
 		c.protect = &cfg
 		c.protectOpts = opts
 	})
@@ -124,14 +129,48 @@ func DuplicateReplies(k int) Option { return optFunc(func(c *config) { c.replyCo
 // hand it to their guards at the same moment. Default: one instance.
 func TwinWorkers() Option { return optFunc(func(c *config) { c.twins = true }) }
 
-// RestartWorkersEvery crashes and restarts a worker instance each time it
-// has executed n handlers since it started. A crash loses the offsets the
-// instance committed, so the commands it handled are delivered again to
-// the instance started in its place (see Service.Restart). Default 0:
-// never.
+// RestartWorkersEvery restarts a worker instance with redelivery each
+// time it has executed n handlers since it started (see Service.Restart):
+// the instance stops gracefully (the handlers in flight finish, reply and
+// commit), its group's committed offsets are set back to where they stood
+// when it started, and a new instance takes its place, to which the
+// commands the stopped one handled since it started are delivered again.
+// It is redelivery as after a crash that lost the offset commits; no
+// handler is interrupted (CrashWorkersEvery does that). Default 0: never.
 func RestartWorkersEvery(n int) Option { return optFunc(func(c *config) { c.restartEvery = n }) }
 
-// ReorderReplies makes workers' replies go through a relay that gathers
-// them for ReorderWindow and releases each batch in reverse order, so
-// later replies of a saga overtake earlier ones. Default off.
+// CrashWorkersEvery makes a worker instance crash at the n-th execution
+// of a handler since it started or last crashed (restarts with redelivery
+// do not reset the count), alternately at two points:
+//
+//   - in the handler, before it does anything: the guard has called run
+//     (a STRICT guard holds the step's lease, a RELAXED one has written
+//     nothing), and the handler does not run;
+//   - after the handler ran and the guard returned its reply (a guard has
+//     committed the step's marker), before the worker sends the reply.
+//
+// The crashed instance sends no reply for that command and handles
+// nothing more: a command in its guard at that moment does not start its
+// handler or send its reply, and later ones fail before their guard. It
+// is then stopped: the commands it finished are committed up to the first
+// unfinished one of each partition, so the crashed command and those
+// behind it stay uncommitted. A new instance takes its place (offsets are
+// not rewound) and is handed them again, so the crashed command's
+// redelivery meets the live lease of the first point or the committed
+// marker of the second. A handler stopped at the first point is not an
+// execution (Executions does not count it). A guard that records replies
+// runs each step once; without one, the second point runs the step again.
+// Default 0: never.
+//
+// A crash that kills a handler half way through its side effects is not
+// simulated (the handler never starts, or has finished); writeprotect's
+// kill test covers a real SIGKILL between the lease and the commit.
+func CrashWorkersEvery(n int) Option { return optFunc(func(c *config) { c.crashEvery = n }) }
+
+// ReorderReplies makes workers' replies go through a relay (as
+// DuplicateReplies does) that keeps a copy of the latest reply of each
+// saga and writes it again right after the saga's next reply with another
+// (span, kind, attempt), marked with HeaderStale: the orchestrator gets a
+// stale reply after a newer one, which it must ignore. Duplicates of a
+// reply already relayed are relayed as they come. Default off.
 func ReorderReplies() Option { return optFunc(func(c *config) { c.reorder = true }) }

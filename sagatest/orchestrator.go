@@ -57,7 +57,7 @@ func Orchestrator[T any](e *Env, service string, d orchestrator.Domain[T], opts 
 	}
 	e.mu.Lock()
 	_, dup := e.orchs[group]
-	e.orchs[group] = orchRef{group: group, topic: callback}
+	e.orchs[group] = orchRef{group: group, topic: callback, scope: o.Scope(), domain: d.Name, store: o.Store()}
 	e.mu.Unlock()
 	if dup {
 		_ = o.Close()

@@ -11,16 +11,25 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/topics"
 )
 
 // HeaderCopy marks a record the harness wrote as a copy of another; its
 // value is the copy's number, from 1.
 const HeaderCopy = "sagatest-copy"
 
+// HeaderStale marks the stale reply ReorderReplies writes after a newer
+// reply of the same saga; its value names that newer reply as
+// "span/kind/attempt".
+const HeaderStale = "sagatest-stale"
+
 // relay copies the records of one topic to another (or to the same topic,
 // skipping its own copies): each record once if the topics differ, plus
-// copies more times. With reorder it gathers records for ReorderWindow and
-// writes them in reverse order.
+// copies more times. With reorder (replies only) it also keeps a copy of
+// the latest reply of each saga and writes it again right after the
+// saga's next reply with another (span, kind, attempt): a stale reply
+// arriving after a newer one.
 type relay struct {
 	from, to string
 	copies   int
@@ -30,8 +39,25 @@ type relay struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
+	sagas map[string]*sagaReplies // by record key (transaction id); run's goroutine only
+
 	mu  sync.Mutex
 	pos map[int32]int64 // next offset to relay, per partition of from
+}
+
+// replyID names one reply of a saga; a new one means the saga moved on.
+type replyID struct {
+	span    int
+	kind    topics.Kind
+	attempt int
+}
+
+func (id replyID) String() string { return fmt.Sprintf("%d/%s/%d", id.span, id.kind, id.attempt) }
+
+// sagaReplies is what the reordering relay knows of one saga's replies.
+type sagaReplies struct {
+	seen map[replyID]bool
+	held *kgo.Record // copy of the latest new reply, released after the next one
 }
 
 // startRelay starts a relay from the current end of from. It is a no-op if
@@ -53,7 +79,8 @@ func (e *Env) startRelay(from, to string, copies int, reorder bool, copied *atom
 		return fmt.Errorf("sagatest: relay %s: %w", from, err)
 	}
 	start := make(map[int32]kgo.Offset)
-	r := &relay{from: from, to: to, copies: copies, reorder: reorder, copied: copied, pos: make(map[int32]int64), done: make(chan struct{})}
+	r := &relay{from: from, to: to, copies: copies, reorder: reorder, copied: copied,
+		sagas: make(map[string]*sagaReplies), pos: make(map[int32]int64), done: make(chan struct{})}
 	ends.Each(func(o kadm.ListedOffset) {
 		start[o.Partition] = kgo.NewOffset().At(o.Offset)
 		r.pos[o.Partition] = o.Offset
@@ -107,11 +134,9 @@ func (r *relay) run(ctx context.Context, e *Env) {
 			}
 		})
 		in := fs.Records()
-		if r.reorder && len(in) > 0 {
-			in = r.gather(ctx, in)
-		}
-		out, reordered := r.plan(in)
+		out, stale := r.plan(in)
 		if len(out) > 0 {
+			// Records of one key go to one partition, in this order.
 			if err := r.cl.ProduceSync(ctx, out...).FirstErr(); err != nil {
 				if ctx.Err() == nil {
 					e.t.Errorf("sagatest: relay %s -> %s: %v", r.from, r.to, err)
@@ -119,7 +144,7 @@ func (r *relay) run(ctx context.Context, e *Env) {
 				return
 			}
 		}
-		e.stats.reordered.Add(reordered)
+		e.stats.reordered.Add(stale)
 		r.mu.Lock()
 		for _, rec := range in {
 			if rec.Offset+1 > r.pos[rec.Partition] {
@@ -130,62 +155,55 @@ func (r *relay) run(ctx context.Context, e *Env) {
 	}
 }
 
-// gather polls for more records during ReorderWindow.
-func (r *relay) gather(ctx context.Context, in []*kgo.Record) []*kgo.Record {
-	wctx, cancel := context.WithTimeout(ctx, ReorderWindow)
-	defer cancel()
-	for wctx.Err() == nil {
-		fs := r.cl.PollFetches(wctx)
-		if fs.IsClientClosed() {
-			break
-		}
-		in = append(in, fs.Records()...)
-	}
-	return in
-}
-
-// plan returns the records to write for in, and how many of them overtake
-// an earlier record (not a copy of themselves) of the same key.
-func (r *relay) plan(in []*kgo.Record) (out []*kgo.Record, reordered int64) {
-	type item struct {
-		rec *kgo.Record
-		src int
-	}
-	var items []item
-	for i, rec := range in {
+// plan returns the records to write for in, in order, and how many of
+// them are stale replies written after a newer reply of their saga.
+func (r *relay) plan(in []*kgo.Record) (out []*kgo.Record, stale int64) {
+	for _, rec := range in {
 		if isCopy(rec) && r.from == r.to {
 			continue
 		}
 		if r.from != r.to {
-			items = append(items, item{clone(rec, r.to, 0), i})
+			out = append(out, clone(rec, r.to, 0))
 		}
 		for c := 1; c <= r.copies; c++ {
-			items = append(items, item{clone(rec, r.to, c), i})
+			out = append(out, clone(rec, r.to, c))
 			r.copied.Add(1)
 		}
-	}
-	if r.reorder {
-		// Reverse: every record overtakes the earlier ones of its key.
-		seen := make(map[string]map[int]bool)
-		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
-			items[i], items[j] = items[j], items[i]
-		}
-		for _, it := range items {
-			k := string(it.rec.Key)
-			if seen[k] == nil {
-				seen[k] = make(map[int]bool)
+		if r.reorder {
+			if held := r.hold(rec); held != nil {
+				out = append(out, held)
+				stale++
 			}
-			seen[k][it.src] = true
-		}
-		for _, srcs := range seen {
-			reordered += int64(len(srcs) - 1)
 		}
 	}
-	out = make([]*kgo.Record, len(items))
-	for i, it := range items {
-		out[i] = it.rec
+	return out, stale
+}
+
+// hold keeps a copy of rec if it is a new reply of its saga, and returns
+// the copy of the saga's previous reply, marked stale, to be written
+// after rec (nil if rec is not new or is the saga's first reply).
+func (r *relay) hold(rec *kgo.Record) *kgo.Record {
+	env, err := topics.Decode(rec.Value)
+	if err != nil || env.Type != topics.TypeReply {
+		return nil
 	}
-	return out, reordered
+	id := replyID{env.Span, env.Kind, env.Attempt}
+	s := r.sagas[string(rec.Key)]
+	if s == nil {
+		s = &sagaReplies{seen: make(map[replyID]bool)}
+		r.sagas[string(rec.Key)] = s
+	}
+	if s.seen[id] {
+		return nil // a duplicate of a reply relayed already
+	}
+	s.seen[id] = true
+	prev := s.held
+	s.held = clone(rec, r.to, 0)
+	if prev == nil {
+		return nil
+	}
+	prev.Headers = append(prev.Headers, kgo.RecordHeader{Key: HeaderStale, Value: []byte(id.String())})
+	return prev
 }
 
 func isCopy(r *kgo.Record) bool {

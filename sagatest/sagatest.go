@@ -61,14 +61,21 @@ type Stats struct {
 	// duplicating relays wrote.
 	CommandCopies int64
 	ReplyCopies   int64
-	// ReorderedReplies counts replies the reordering relay released ahead
-	// of an earlier reply of the same saga.
+	// ReorderedReplies counts the stale replies ReorderReplies wrote after
+	// a newer reply of the same saga (one with another span, kind or
+	// attempt).
 	ReorderedReplies int64
 	// TwinMeetings counts commands that both twin instances handed to
 	// their guards together (within TwinWindow).
 	TwinMeetings int64
-	// Restarts counts worker instance restarts.
+	// Restarts counts worker instance restarts with redelivery
+	// (RestartWorkersEvery, Service.Restart).
 	Restarts int64
+	// CrashesInRun and CrashesBeforeReply count the crashes of
+	// CrashWorkersEvery: before a handler ran (its guard had called run),
+	// and after the guard returned the reply, before it was sent.
+	CrashesInRun       int64
+	CrashesBeforeReply int64
 }
 
 // Env is one test's saga system: a broker, an event store, the
@@ -79,6 +86,7 @@ type Env struct {
 	cfg     config
 	log     *slog.Logger
 	brokers []string
+	kfake   bool // brokers is the env's own kfake cluster
 	store   eventstore.Store
 	adm     *kadm.Client
 	admCl   *kgo.Client
@@ -98,19 +106,38 @@ type Env struct {
 	guards []*writeprotect.Guard // made by WithWriteProtection
 
 	execMu sync.Mutex
-	execs  map[Execution]int
+	execs  map[Execution]int    // handler executions
+	delivs map[Execution]int    // commands handed to guards
+	sagas  map[sagaRef]struct{} // sagas whose commands reached a guard
 
-	twins   rendezvous
-	restart chan *instance
+	twins rendezvous
+
+	restartMu sync.Mutex
+	restarts  []restartRequest // for the restarter
+	wake      chan struct{}    // cap 1: restarts has requests
+
+	crashes atomic.Int64 // crash points chosen so far
 
 	stats struct {
-		deliveries, executions, duplicates, commandCopies, replyCopies atomic.Int64
-		reordered, twinMeetings, restarts                              atomic.Int64
+		deliveries, executions, duplicates, commandCopies, replyCopies      atomic.Int64
+		reordered, twinMeetings, restarts, crashesInRun, crashesBeforeReply atomic.Int64
 	}
 }
 
-// orchRef is what Settle needs of an orchestrator: its group and topic.
-type orchRef struct{ group, topic string }
+// orchRef is what Settle and AssertExactlyOnce need of an orchestrator.
+type orchRef struct {
+	group, topic string
+	scope        eventstore.Scope
+	domain       string
+	store        eventstore.Store
+}
+
+// sagaRef names a saga across orchestrators.
+type sagaRef struct {
+	scope  eventstore.Scope
+	domain string
+	txID   string
+}
 
 // New starts an env for t: an in-process kfake broker (or the brokers of
 // WithKafka) and the in-memory event store (or WithCassandra's, or
@@ -134,6 +161,9 @@ func New(t TB, opts ...Option) *Env {
 	}
 	if cfg.restartEvery < 0 {
 		errs = append(errs, fmt.Errorf("sagatest: RestartWorkersEvery(%d) < 0", cfg.restartEvery))
+	}
+	if cfg.crashEvery < 0 {
+		errs = append(errs, fmt.Errorf("sagatest: CrashWorkersEvery(%d) < 0", cfg.crashEvery))
 	}
 	if cfg.protect != nil {
 		if err := cfg.protect.Validate(); err != nil {
@@ -163,7 +193,10 @@ func New(t TB, opts ...Option) *Env {
 		staging:  make(map[string]string),
 		cmdTopic: make(map[string]bool),
 		execs:    make(map[Execution]int),
+		delivs:   make(map[Execution]int),
+		sagas:    make(map[sagaRef]struct{}),
 		twins:    rendezvous{slots: make(map[string]*meeting)},
+		wake:     make(chan struct{}, 1),
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
@@ -180,6 +213,7 @@ func New(t TB, opts ...Option) *Env {
 		}
 		e.onStop(c.Close)
 		e.brokers = c.ListenAddrs()
+		e.kfake = true
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
 	if err != nil {
@@ -212,8 +246,7 @@ func New(t TB, opts ...Option) *Env {
 		e.store = s
 		e.onStop(func() { _ = s.Close() })
 	}
-	if cfg.restartEvery > 0 {
-		e.restart = make(chan *instance, 64)
+	if cfg.restartEvery > 0 || cfg.crashEvery > 0 {
 		e.wg.Add(1)
 		go e.restarter()
 	}
@@ -254,6 +287,7 @@ func (e *Env) Stats() Stats {
 		DuplicateExecutions: s.duplicates.Load(), CommandCopies: s.commandCopies.Load(),
 		ReplyCopies: s.replyCopies.Load(), ReorderedReplies: s.reordered.Load(),
 		TwinMeetings: s.twinMeetings.Load(), Restarts: s.restarts.Load(),
+		CrashesInRun: s.crashesInRun.Load(), CrashesBeforeReply: s.crashesBeforeReply.Load(),
 	}
 }
 
@@ -294,6 +328,17 @@ func (e *Env) WriteProtectionStats() writeprotect.Stats {
 	return sum
 }
 
+// delivered records that cmd was handed to a guard.
+func (e *Env) delivered(cmd *topics.Envelope) {
+	x := Execution{TxID: cmd.TxID, Span: cmd.Span, Kind: cmd.Kind}
+	ref := sagaRef{eventstore.Scope{Region: cmd.Region, Cluster: cmd.Cluster, Service: cmd.Service}, cmd.Domain, cmd.TxID}
+	e.execMu.Lock()
+	e.delivs[x]++
+	e.sagas[ref] = struct{}{}
+	e.execMu.Unlock()
+	e.stats.deliveries.Add(1)
+}
+
 // count records one execution of x.
 func (e *Env) count(x Execution) {
 	e.execMu.Lock()
@@ -326,29 +371,117 @@ func (e *Env) ExecutionCounts() map[Execution]int {
 func (e *Env) DuplicateExecutions() int { return int(e.stats.duplicates.Load()) }
 
 // AssertExactlyOnce waits until every record produced so far has been
-// handled (Settle), so that late duplicates are counted too, then fails
-// the test for every (transaction, span, kind) whose handler ran more than
-// once. It reports whether none did.
+// handled (Settle), so that late duplicates are counted too, then checks
+// that every step ran exactly once. It fails the test for every
+// (transaction, span, kind)
+//
+//   - whose handler ran more than once, or
+//   - whose saga's tryouts in the event store hold a reply ok or
+//     non_retryable for it although its handler never ran, while its
+//     command did reach a guard of the harness (a guard that replied
+//     without running the step). A compensation whose action has no ok
+//     reply recorded may reply ok without running: that is a null
+//     compensation (the action may never have run).
+//
+// The tryouts are read once per saga whose commands reached a worker of
+// the env, for the sagas of orchestrators started with Orchestrator. It
+// reports whether no step failed these checks.
+//
+// A step re-driven after a retryable failure runs once per attempt, and
+// each run counts.
 func (e *Env) AssertExactlyOnce() bool {
 	e.t.Helper()
 	e.Settle()
-	var dups []string
-	for x, n := range e.ExecutionCounts() {
+	e.execMu.Lock()
+	counts, delivs := maps.Clone(e.execs), maps.Clone(e.delivs)
+	sagas := slices.Collect(maps.Keys(e.sagas))
+	e.execMu.Unlock()
+	var bad []string
+	for x, n := range counts {
 		if n > 1 {
-			dups = append(dups, fmt.Sprintf("%s ran %d times", x, n))
+			bad = append(bad, fmt.Sprintf("%s ran %d times", x, n))
 		}
 	}
-	if len(dups) == 0 {
-		return true
+	never, err := e.neverRan(sagas, counts, delivs)
+	if err != nil {
+		e.t.Errorf("sagatest: AssertExactlyOnce: %v", err)
 	}
-	sort.Strings(dups)
+	bad = append(bad, never...)
+	if len(bad) == 0 {
+		return err == nil
+	}
+	sort.Strings(bad)
 	more := ""
-	if len(dups) > 10 {
-		more = fmt.Sprintf("\n... and %d more", len(dups)-10)
-		dups = dups[:10]
+	if len(bad) > 10 {
+		more = fmt.Sprintf("\n... and %d more", len(bad)-10)
+		bad = bad[:10]
 	}
-	e.t.Errorf("sagatest: %d handler executions were not exactly once:\n%s%s", len(dups), strings.Join(dups, "\n"), more)
+	e.t.Errorf("sagatest: %d steps did not run exactly once:\n%s%s", len(bad), strings.Join(bad, "\n"), more)
 	return false
+}
+
+// neverRan reads the tryouts of sagas and describes every step with a
+// final reply (ok or non_retryable) whose command reached a guard but
+// whose handler never ran, null compensations excepted.
+func (e *Env) neverRan(sagas []sagaRef, counts, delivs map[Execution]int) ([]string, error) {
+	e.mu.Lock()
+	stores := make(map[sagaRef]eventstore.Store, len(e.orchs))
+	for _, o := range e.orchs {
+		stores[sagaRef{scope: o.scope, domain: o.domain}] = o.store
+	}
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.timeout)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		out  []string
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, 16)
+	)
+	for _, ref := range sagas {
+		store := stores[sagaRef{scope: ref.scope, domain: ref.domain}]
+		if store == nil {
+			continue // not a saga of an orchestrator of the env
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			tries, err := store.Tryouts(ctx, ref.scope, ref.txID)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("tryouts of %s: %w", ref.txID, err))
+				return
+			}
+			out = append(out, unexecuted(ref.txID, tries, counts, delivs)...)
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// unexecuted describes the steps of txID with a final reply in tries whose
+// command reached a guard but whose handler never ran.
+func unexecuted(txID string, tries []eventstore.Tryout, counts, delivs map[Execution]int) []string {
+	final := make(map[Execution]string) // outcome of the final reply
+	for _, tr := range tries {
+		if tr.Outcome == string(topics.OutcomeOK) || tr.Outcome == string(topics.OutcomeNonRetryable) {
+			final[Execution{TxID: txID, Span: tr.Span, Kind: topics.Kind(tr.Kind)}] = tr.Outcome
+		}
+	}
+	var out []string
+	for x, outcome := range final {
+		if counts[x] > 0 || delivs[x] == 0 {
+			continue
+		}
+		action := Execution{TxID: txID, Span: x.Span, Kind: topics.KindProcess}
+		if x.Kind == topics.KindRevert && final[action] != string(topics.OutcomeOK) {
+			continue // a null compensation: its action may never have run
+		}
+		out = append(out, fmt.Sprintf("%s replied %s, but its handler never ran (%d deliveries)", x, outcome, delivs[x]))
+	}
+	return out
 }
 
 // Sagas is what WaitTerminal needs of an orchestrator; every
@@ -452,7 +585,7 @@ func (e *Env) lag() (string, error) {
 		topicSet[s.topic] = true
 	}
 	for _, o := range e.orchs {
-		groups = append(groups, consumer(o))
+		groups = append(groups, consumer{o.group, o.topic})
 		topicSet[o.topic] = true
 	}
 	for _, r := range e.relays {

@@ -65,7 +65,7 @@ func TestAssertExactlyOnceReports(t *testing.T) {
 	if env.AssertExactlyOnce() {
 		t.Error("AssertExactlyOnce passed with every command run twice")
 	}
-	if len(ft.errors) != 1 || !strings.Contains(ft.errors[0], "3 handler executions were not exactly once") ||
+	if len(ft.errors) != 1 || !strings.Contains(ft.errors[0], "3 steps did not run exactly once") ||
 		!strings.Contains(ft.errors[0], ids[0]+"/1/process ran 2 times") {
 		t.Errorf("errors = %q", ft.errors)
 	}
@@ -215,32 +215,148 @@ func TestRestartWorkersEvery(t *testing.T) {
 	}
 }
 
-// ReorderReplies releases replies in reverse order; with duplicated
-// commands several replies of one saga are in flight together, and later
-// ones overtake earlier ones. The sagas end right.
+// ReorderReplies writes a copy of each reply of a saga again after the
+// saga's next reply: the orchestrator gets every reply but the last one of
+// each saga a second time, after a reply with another (span, kind), and
+// ignores it; the sagas end right.
 func TestReorderReplies(t *testing.T) {
-	env := sagatest.New(t, sagatest.ReorderReplies(), sagatest.DuplicateCommands(2), sagatest.WithGuard(shared(newMemoGuard())))
-	o := start(env, fixed)
-	ids, want := run(t, o, 20, 4)
-	checkEnd(t, env, o, ids, want, 1)
-	if st := env.Stats(); st.ReorderedReplies == 0 {
-		t.Errorf("stats %+v: no reply was reordered", st)
+	for _, tc := range []struct {
+		name   string
+		opts   []sagatest.Option
+		copies int64 // replies per step without the reordering
+	}{
+		{"single", nil, 1},
+		{"duplicated commands", []sagatest.Option{sagatest.DuplicateCommands(2), sagatest.WithGuard(shared(newMemoGuard()))}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := sagatest.New(t, append(tc.opts, sagatest.ReorderReplies())...)
+			o := start(env, fixed)
+			ids, want := run(t, o, 20, 4)
+			checkEnd(t, env, o, ids, want, 1)
+			env.AssertExactlyOnce()
+			steps := int64(len(expected(want)))
+			st, os := env.Stats(), o.Stats()
+			t.Logf("harness %+v\norchestrator %+v", st, os)
+			// Every new reply of a saga releases the copy of the one before.
+			if reordered := steps - int64(len(ids)); st.ReorderedReplies != reordered {
+				t.Errorf("%d replies reordered, want %d", st.ReorderedReplies, reordered)
+			}
+			if n := staleReplies(t, env, fixed.domain); n != int(st.ReorderedReplies) {
+				t.Errorf("%d stale replies on the callback topic after a newer one, want %d", n, st.ReorderedReplies)
+			}
+			if os.Replies != steps || os.StaleReplies != (tc.copies-1)*steps+st.ReorderedReplies {
+				t.Errorf("orchestrator applied %d replies and ignored %d, want %d and %d",
+					os.Replies, os.StaleReplies, steps, (tc.copies-1)*steps+st.ReorderedReplies)
+			}
+		})
 	}
+}
+
+// CrashWorkersEvery crashes worker instances in the middle of commands:
+// under STRICT the redeliveries meet the live lease (a crash before the
+// handler) or the committed marker (a crash before the reply), and every
+// step runs once; without a guard, the steps crashed before their reply
+// run again. Every saga ends right either way.
+func TestCrashWorkersEvery(t *testing.T) {
+	cfg := writeprotect.DefaultConfig()
+	cfg.DefaultMode, cfg.DefaultLease = writeprotect.Strict, time.Second
+	for _, tc := range []struct {
+		name    string
+		opts    []sagatest.Option
+		guarded bool
+	}{
+		{"unguarded", nil, false},
+		{"strict", []sagatest.Option{sagatest.WithWriteProtectionConfig(cfg)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := sagatest.New(t, append(tc.opts, sagatest.CrashWorkersEvery(8))...)
+			o := start(env, fixed)
+			ids, want := run(t, o, 24, 4)
+			got := env.WaitTerminal(o, ids...)
+			for _, id := range ids {
+				if got[id] != want[id] {
+					t.Errorf("saga %s ended %s, want %s", id, got[id], want[id])
+				}
+			}
+			env.Settle()
+			st, wp := env.Stats(), env.WriteProtectionStats()
+			t.Logf("harness %+v\nwrite protection %+v", st, wp)
+			if st.CrashesInRun == 0 || st.CrashesBeforeReply == 0 || st.Restarts != 0 {
+				t.Errorf("stats %+v: want crashes at both points and no restart with redelivery", st)
+			}
+			for x := range expected(want) {
+				if env.Executions(x.TxID, x.Span, x.Kind) == 0 {
+					t.Errorf("%s never ran", x)
+				}
+			}
+			if !tc.guarded {
+				if st.DuplicateExecutions < st.CrashesBeforeReply {
+					t.Errorf("stats %+v: the steps crashed before their reply did not run again", st)
+				}
+				return
+			}
+			env.AssertExactlyOnce()
+			checkNoMarkers(t, env, o, ids)
+			if wp.LeaseWaits == 0 || wp.DuplicatesSkipped == 0 {
+				t.Errorf("write protection %+v: want redeliveries that met a live lease and a committed marker", wp)
+			}
+		})
+	}
+}
+
+// AssertExactlyOnce fails for a step that has a reply in the event store
+// but whose handler never ran: here a guard answers span 1 without running
+// it.
+func TestAssertExactlyOnceNeverRan(t *testing.T) {
+	ft := &fakeT{}
+	defer ft.cleanup()
+	env := sagatest.New(ft, sagatest.WithGuard(func(string) worker.Guard { return liar{} }))
+	o := start(env, fixed)
+	ids, _ := run(t, o, 2, 0)
+	env.WaitTerminal(o, ids...)
+	if env.AssertExactlyOnce() {
+		t.Error("AssertExactlyOnce passed with a step that never ran")
+	}
+	if len(ft.errors) != 1 || !strings.Contains(ft.errors[0], "2 steps did not run exactly once") {
+		t.Fatalf("errors = %q", ft.errors)
+	}
+	for _, id := range ids {
+		if want := id + "/1/process replied ok, but its handler never ran (1 deliveries)"; !strings.Contains(ft.errors[0], want) {
+			t.Errorf("errors = %q, want %q", ft.errors[0], want)
+		}
+	}
+}
+
+// liar replies ok to span 1 without running it.
+type liar struct{}
+
+func (liar) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
+	if cmd.Span != 1 {
+		return run(ctx), nil
+	}
+	r := *cmd
+	r.Outcome = topics.OutcomeOK
+	return &r, nil
 }
 
 // Every knob at once, guarded: exactly once.
 func TestAllFaultsGuarded(t *testing.T) {
 	env := sagatest.New(t,
 		sagatest.DuplicateCommands(2), sagatest.DuplicateReplies(1), sagatest.TwinWorkers(),
-		sagatest.RestartWorkersEvery(25), sagatest.ReorderReplies(),
+		sagatest.RestartWorkersEvery(10), sagatest.CrashWorkersEvery(15), sagatest.ReorderReplies(),
 		sagatest.WithGuard(shared(newMemoGuard())))
 	o := start(env, fixed)
 	ids, want := run(t, o, 40, 4)
 	checkEnd(t, env, o, ids, want, 1)
+	env.AssertExactlyOnce()
 	st := env.Stats()
 	t.Logf("stats %+v", st)
-	if st.CommandCopies == 0 || st.ReplyCopies == 0 || st.Restarts == 0 || st.TwinMeetings == 0 {
+	if st.CommandCopies == 0 || st.ReplyCopies == 0 || st.Restarts == 0 || st.TwinMeetings == 0 ||
+		st.CrashesInRun == 0 || st.CrashesBeforeReply == 0 || st.ReorderedReplies == 0 {
 		t.Errorf("stats %+v: a knob did nothing", st)
+	}
+	if n := staleReplies(t, env, fixed.domain); n != int(st.ReorderedReplies) {
+		t.Errorf("%d stale replies on the callback topic after a newer one, want %d", n, st.ReorderedReplies)
 	}
 }
 
@@ -250,7 +366,7 @@ func TestNoGoroutinesLeft(t *testing.T) {
 	t.Run("env", func(t *testing.T) {
 		env := sagatest.New(t,
 			sagatest.DuplicateCommands(1), sagatest.DuplicateReplies(1), sagatest.TwinWorkers(),
-			sagatest.RestartWorkersEvery(10), sagatest.ReorderReplies())
+			sagatest.RestartWorkersEvery(10), sagatest.CrashWorkersEvery(7), sagatest.ReorderReplies())
 		o := start(env, fixed)
 		ids, _ := run(t, o, 10, 3)
 		env.WaitTerminal(o, ids...)
@@ -266,9 +382,10 @@ func TestInvalidOptions(t *testing.T) {
 	func() {
 		defer func() { _ = recover() }()
 		sagatest.New(ft, sagatest.DuplicateCommands(-1), sagatest.WithPartitions(0), sagatest.WithTimeout(0),
-			sagatest.WithCassandra(nil, ""), sagatest.WithStore(nil))
+			sagatest.WithCassandra(nil, ""), sagatest.WithStore(nil), sagatest.RestartWorkersEvery(-1), sagatest.CrashWorkersEvery(-2))
 	}()
-	for _, want := range []string{"negative copies", "partitions 0", "timeout 0s", "WithCassandra needs"} {
+	for _, want := range []string{"negative copies", "partitions 0", "timeout 0s", "WithCassandra needs",
+		"RestartWorkersEvery(-1) < 0", "CrashWorkersEvery(-2) < 0"} {
 		if !strings.Contains(ft.fatal, want) {
 			t.Errorf("New's failure %q does not mention %q", ft.fatal, want)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
@@ -109,13 +110,15 @@ func (s *Service) Stats() worker.Stats {
 	return sum
 }
 
-// Restart simulates a crash of every instance of the service after it
-// handled commands but before it committed their offsets: each instance is
-// stopped, its group's committed offsets are set back to where they were
-// when it started (or at the previous restart), and a new instance is
-// started in its place, which is handed again the commands handled since
-// then. Restart returns once the new instances have joined their groups;
-// it fails the test if one cannot start.
+// Restart restarts every instance of the service with redelivery: each
+// instance is stopped gracefully (the handlers in flight finish, reply and
+// commit), its group's committed offsets are set back to where they stood
+// when it started (or at its previous restart), and a new instance is
+// started in its place, to which the commands the stopped one handled
+// since then are delivered again. It is the redelivery that follows a
+// crash which lost the offset commits, without interrupting a handler
+// (see CrashWorkersEvery for that). Restart returns once the new instances
+// have joined their groups; it fails the test if one cannot start.
 func (s *Service) Restart() {
 	s.env.t.Helper()
 	errs := make([]error, len(s.insts))
@@ -158,13 +161,14 @@ func (s *Service) stop() {
 
 // instance is one worker instance of a service, across its restarts.
 type instance struct {
-	svc   *Service
-	idx   int
-	group string
-	execs atomic.Int64 // executions since the current start
+	svc        *Service
+	idx        int
+	group      string
+	sinceCrash atomic.Int64 // executions since the instance started or last crashed
 
 	mu      sync.Mutex // held while starting, stopping and restarting
 	w       *worker.Worker
+	guard   *instanceGuard // of the current incarnation
 	cancel  context.CancelFunc
 	done    chan error
 	prior   worker.Stats // of the stopped incarnations
@@ -179,7 +183,6 @@ type instance struct {
 // start makes and runs a new incarnation; in.mu is held.
 func (in *instance) start() error {
 	e := in.svc.env
-	in.execs.Store(0)
 	if in.startedAt == nil {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.timeout)
 		at, _, err := in.committed(ctx)
@@ -203,13 +206,17 @@ func (in *instance) start() error {
 	if guard == nil {
 		guard = passThrough{}
 	}
+	ig := &instanceGuard{in: in, inner: guard}
 	opts := []worker.Option{worker.WithLogger(e.log)}
+	if e.kfake {
+		opts = append(opts, worker.WithKafkaOpts(kgo.FetchMaxWait(kfakeFetchMaxWait)))
+	}
 	opts = append(opts, in.svc.opts...)
 	opts = append(opts,
 		worker.WithBrokers(e.brokers...),
 		worker.WithGroup(in.group),
 		worker.WithProvision(e.provision()),
-		worker.WithGuard(&instanceGuard{in: in, inner: guard}),
+		worker.WithGuard(ig),
 	)
 	w, err := worker.New(in.svc.name, opts...)
 	if err != nil {
@@ -237,7 +244,7 @@ func (in *instance) start() error {
 		<-done
 		return fmt.Errorf("sagatest: worker %s did not join group %s within %v", in.svc.name, in.group, e.cfg.timeout)
 	}
-	in.w, in.cancel, in.done = w, cancel, done
+	in.w, in.cancel, in.done, in.guard = w, cancel, done, ig
 	return nil
 }
 
@@ -254,7 +261,7 @@ func (in *instance) stop() {
 	in.prior.Processed += st.Processed
 	in.prior.DeadLettered += st.DeadLettered
 	in.prior.Panics += st.Panics
-	in.w = nil
+	in.w, in.guard = nil, nil
 }
 
 // restart stops the current incarnation and starts one that is handed
@@ -262,14 +269,35 @@ func (in *instance) stop() {
 func (in *instance) restart() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	return in.replaceLocked(true)
+}
+
+// replace does what restart does (rewind) or restarts after a crash (no
+// rewind), if g's incarnation still runs.
+func (in *instance) replace(g *instanceGuard, rewind bool) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.guard != g {
+		return nil // replaced already
+	}
+	return in.replaceLocked(rewind)
+}
+
+// replaceLocked stops the current incarnation and starts a new one, with
+// the offsets rewound or as they are; in.mu is held.
+func (in *instance) replaceLocked(rewind bool) error {
 	if in.stopped || in.svc.env.ctx.Err() != nil {
 		return nil
 	}
 	in.stop()
-	if err := in.rewind(); err != nil {
-		return err
+	if rewind {
+		if err := in.rewind(); err != nil {
+			return err
+		}
+		in.svc.env.stats.restarts.Add(1)
+	} else {
+		in.startedAt = nil // a restart rewinds to where the replacement starts
 	}
-	in.svc.env.stats.restarts.Add(1)
 	return in.start()
 }
 
@@ -353,55 +381,112 @@ func (in *instance) rewind() error {
 	return nil
 }
 
-// executed counts an execution of the current incarnation and asks for a
-// restart when RestartWorkersEvery is due.
-func (in *instance) executed() {
-	e := in.svc.env
-	if e.restart == nil {
-		return
-	}
-	if in.execs.Add(1) == int64(e.cfg.restartEvery) {
-		select {
-		case e.restart <- in:
-		default: // a restart is queued already
-		}
+// restartRequest asks the restarter to replace the incarnation of guard.
+type restartRequest struct {
+	guard  *instanceGuard
+	rewind bool // a restart with redelivery; else after a crash
+}
+
+// requestRestart queues r for the restarter; it never blocks.
+func (e *Env) requestRestart(r restartRequest) {
+	e.restartMu.Lock()
+	e.restarts = append(e.restarts, r)
+	e.restartMu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default: // the restarter is woken already
 	}
 }
 
-// restarter restarts the instances that asked for it, until the env ends.
+// restarter replaces the incarnations that asked for it, each in its own
+// goroutine (a crashed incarnation does nothing until it is replaced),
+// until the env ends.
 func (e *Env) restarter() {
 	defer e.wg.Done()
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		select {
 		case <-e.ctx.Done():
 			return
-		case in := <-e.restart:
-			if err := in.restart(); err != nil && e.ctx.Err() == nil {
-				e.t.Errorf("%v", err)
-			}
+		case <-e.wake:
+		}
+		e.restartMu.Lock()
+		reqs := e.restarts
+		e.restarts = nil
+		e.restartMu.Unlock()
+		for _, r := range reqs {
+			wg.Go(func() {
+				if err := r.guard.in.replace(r.guard, r.rewind); err != nil && e.ctx.Err() == nil {
+					e.t.Errorf("%v", err)
+				}
+			})
 		}
 	}
 }
 
-// instanceGuard wraps an instance's guard: it counts deliveries and
-// executions, meets the twin instance, and sends replies through the
-// reply relay when one runs.
+// errCrashed is what a crashed incarnation's guard returns: the worker
+// sends nothing and does not commit the command.
+var errCrashed = errors.New("sagatest: worker instance crashed")
+
+// crashSignal is the panic that unwinds a crash out of the inner guard,
+// which must neither record a reply nor release a lease.
+type crashSignal struct{}
+
+// instanceGuard wraps the guard of one incarnation of an instance: it
+// counts deliveries and executions, meets the twin instance, restarts or
+// crashes the incarnation when due, and sends replies through the reply
+// relay when one runs.
 type instanceGuard struct {
 	in    *instance
 	inner worker.Guard
+	execs atomic.Int64 // executions of the incarnation
+	dead  atomic.Bool  // crashed
 }
 
-func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
+func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (reply *topics.Envelope, err error) {
 	e := g.in.svc.env
-	e.stats.deliveries.Add(1)
+	if g.dead.Load() {
+		return nil, errCrashed
+	}
+	e.delivered(cmd)
 	if e.cfg.twins && e.twins.meet(ctx, g.in.svc.name+"\x00"+cmd.IdempotencyKey+"\x00"+strconv.Itoa(cmd.Attempt), g.in.idx) {
 		e.stats.twinMeetings.Add(1)
 	}
-	reply, err := g.inner.Execute(ctx, cmd, func(ctx context.Context) *topics.Envelope {
+	defer func() {
+		if v := recover(); v != nil {
+			if _, ok := v.(crashSignal); !ok {
+				panic(v)
+			}
+			reply, err = nil, errCrashed
+		}
+	}()
+	crashAfter := false
+	reply, err = g.inner.Execute(ctx, cmd, func(ctx context.Context) *topics.Envelope {
+		if g.dead.Load() {
+			panic(crashSignal{}) // crashed meanwhile: the handler never starts
+		}
+		n := g.execs.Add(1)
+		if c := int64(e.cfg.crashEvery); c > 0 && g.in.sinceCrash.Add(1) == c {
+			g.in.sinceCrash.Store(0)
+			if e.crashes.Add(1)%2 == 1 {
+				g.crash(&e.stats.crashesInRun)
+				panic(crashSignal{})
+			}
+			crashAfter = true
+		}
 		e.count(Execution{TxID: cmd.TxID, Span: cmd.Span, Kind: cmd.Kind})
-		g.in.executed()
+		if r := int64(e.cfg.restartEvery); r > 0 && n == r {
+			e.requestRestart(restartRequest{guard: g, rewind: true})
+		}
 		return run(ctx)
 	})
+	if crashAfter {
+		g.crash(&e.stats.crashesBeforeReply)
+	}
+	if g.dead.Load() {
+		return nil, errCrashed // the reply dies with the instance
+	}
 	if err == nil && reply != nil {
 		// The worker sends the reply to cmd.ReplyTo after Execute returns.
 		if staging := e.stagingFor(cmd.ReplyTo); staging != "" {
@@ -409,6 +494,16 @@ func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run f
 		}
 	}
 	return reply, err
+}
+
+// crash marks the incarnation crashed, counts it in n and asks for its
+// replacement.
+func (g *instanceGuard) crash(n *atomic.Int64) {
+	if !g.dead.CompareAndSwap(false, true) {
+		return
+	}
+	n.Add(1)
+	g.in.svc.env.requestRestart(restartRequest{guard: g})
 }
 
 // passThrough runs every command.
@@ -461,3 +556,8 @@ func (r *rendezvous) meet(ctx context.Context, key string, idx int) bool {
 	}
 	return false
 }
+
+// kfakeFetchMaxWait bounds the fetch long-poll of workers on kfake: a
+// worker started in place of a crashed one sometimes waited the whole
+// default (5s) for records produced meanwhile.
+const kfakeFetchMaxWait = 200 * time.Millisecond
