@@ -89,13 +89,8 @@ func TestSagaCompletes(t *testing.T) {
 	brokers := newCluster(t)
 	ensureTopics(t, brokers, allTopics()...)
 	startResponder(t, brokers, allTopics()[:2], appendStep(nil))
-	var mu sync.Mutex
-	states := map[string][]eventstore.State{}
-	o := newOrch(t, brokers, testDomain(), orchestrator.WithListener(func(e orchestrator.Event) {
-		mu.Lock()
-		states[e.TxID] = append(states[e.TxID], e.To)
-		mu.Unlock()
-	}))
+	states := &stateLog{}
+	o := newOrch(t, brokers, testDomain(), orchestrator.WithListener(states.record))
 	runOrch(t, o)
 	ids := startN(t, o, 20)
 	for id, st := range waitTerminal(t, o, ids, 30*time.Second) {
@@ -126,9 +121,7 @@ func TestSagaCompletes(t *testing.T) {
 			t.Errorf("tryout indexes not ascending: %d then %d", h[i-1].Index, tr.Index)
 		}
 	}
-	mu.Lock()
-	got := states[ids[0]]
-	mu.Unlock()
+	got := states.of(ids[0])
 	wantStates := []eventstore.State{eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateInProgress, eventstore.StateCompleted}
 	if !slices.Equal(got, wantStates) {
 		t.Errorf("state changes %v, want %v", got, wantStates)
@@ -147,13 +140,8 @@ func TestNonRetryableCompensatesInReverse(t *testing.T) {
 		}
 		return topics.OutcomeOK, ""
 	}))
-	var mu sync.Mutex
-	states := map[string][]eventstore.State{}
-	o := newOrch(t, brokers, testDomain(), orchestrator.WithListener(func(e orchestrator.Event) {
-		mu.Lock()
-		states[e.TxID] = append(states[e.TxID], e.To)
-		mu.Unlock()
-	}))
+	states := &stateLog{}
+	o := newOrch(t, brokers, testDomain(), orchestrator.WithListener(states.record))
 	runOrch(t, o)
 	ids := startN(t, o, 10)
 	for id, st := range waitTerminal(t, o, ids, 30*time.Second) {
@@ -183,9 +171,7 @@ func TestNonRetryableCompensatesInReverse(t *testing.T) {
 	if !strings.Contains(s.Error, "address unknown") {
 		t.Errorf("saga error %q does not carry the failure", s.Error)
 	}
-	mu.Lock()
-	got := states[ids[0]]
-	mu.Unlock()
+	got := states.of(ids[0])
 	want := []eventstore.State{eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateInProgress,
 		eventstore.StateFailed, eventstore.StateCompensating, eventstore.StateCompensating, eventstore.StateCompensated}
 	if !slices.Equal(got, want) {
@@ -505,4 +491,25 @@ func TestRevertHintsReachLaterCompensations(t *testing.T) {
 	if s.Hints["refund-id"] == "" {
 		t.Errorf("saga hints %v not persisted", s.Hints)
 	}
+}
+
+// stateLog records the states each saga went through, from listener events.
+type stateLog struct {
+	mu     sync.Mutex
+	states map[string][]eventstore.State
+}
+
+func (l *stateLog) record(e orchestrator.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.states == nil {
+		l.states = make(map[string][]eventstore.State)
+	}
+	l.states[e.TxID] = append(l.states[e.TxID], e.To)
+}
+
+func (l *stateLog) of(txID string) []eventstore.State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]eventstore.State(nil), l.states[txID]...)
 }

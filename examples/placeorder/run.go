@@ -2,6 +2,7 @@ package placeorder
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,6 +24,18 @@ func Brokers(flagValue string) []string {
 		v = "127.0.0.1:9092"
 	}
 	return strings.Split(v, ",")
+}
+
+// WorkerMain is the whole main of an example worker service: it parses
+// the --kafka flag, runs the worker with register's endpoints until SIGINT
+// or SIGTERM, and exits non-zero on failure.
+func WorkerMain(service string, register func(*worker.Worker, Observer) error) {
+	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
+	flag.Parse()
+	if err := RunWorker(service, Brokers(*kafka), register); err != nil {
+		slog.Error("worker stopped", "service", service, "err", err)
+		os.Exit(1)
+	}
 }
 
 // RunWorker runs a worker for service with the endpoints register adds,

@@ -5,19 +5,6 @@
 //	KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/shipping-service
 package main
 
-import (
-	"flag"
-	"log/slog"
-	"os"
+import "github.com/stacksaga-go/stacksaga/examples/placeorder"
 
-	"github.com/stacksaga-go/stacksaga/examples/placeorder"
-)
-
-func main() {
-	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
-	flag.Parse()
-	if err := placeorder.RunWorker(placeorder.ShippingService, placeorder.Brokers(*kafka), placeorder.RegisterShipping); err != nil {
-		slog.Error("shipping-service stopped", "err", err)
-		os.Exit(1)
-	}
-}
+func main() { placeorder.WorkerMain(placeorder.ShippingService, placeorder.RegisterShipping) }
