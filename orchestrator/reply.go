@@ -89,7 +89,7 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 	}
 	if from == eventstore.StateFailed {
 		// The failure was persisted, compensation not yet started.
-		return o.compensate(ctx, tx, compensationCursor(tx, env), last, nil)
+		return o.compensate(ctx, tx, compensationCursor(tx, env), last)
 	}
 	forward := tx.Kind == string(topics.KindProcess)
 	switch env.Outcome {
@@ -116,7 +116,7 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 		if err := o.persist(ctx, tx, eventstore.StateFailed, tryout, from, last); err != nil {
 			return err
 		}
-		return o.compensate(ctx, tx, tx.Span, last, nil)
+		return o.compensate(ctx, tx, tx.Span, last)
 	}
 }
 
@@ -160,13 +160,15 @@ func (o *Orchestrator[T]) next(ctx context.Context, tx *eventstore.Transaction, 
 		if err := o.persist(ctx, tx, eventstore.StateFailed, tryout, from, last); err != nil {
 			return err
 		}
-		return o.compensate(ctx, tx, tx.Span+1, last, nil)
+		return o.compensate(ctx, tx, tx.Span+1, last)
 	}
 }
 
 // compensate starts compensation of a FAILED saga: completed steps below
 // cursor are undone by OnNextRevert.
-func (o *Orchestrator[T]) compensate(ctx context.Context, tx *eventstore.Transaction, cursor int, last *StepResult, tryout *eventstore.Tryout) error {
+func (o *Orchestrator[T]) compensate(ctx context.Context, tx *eventstore.Transaction, cursor int, last *StepResult) error {
+	// The failure itself was persisted (with its tryout) as FAILED.
+	var tryout *eventstore.Tryout
 	from := tx.State
 	tx.Span = cursor
 	s, err := o.view(tx, last)
