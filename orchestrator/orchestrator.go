@@ -21,6 +21,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
@@ -40,6 +41,14 @@ var (
 	ErrNotRetryPending = errors.New("orchestrator: saga is not retry-pending")
 	// ErrNotFound means no saga has that transaction id.
 	ErrNotFound = eventstore.ErrNotFound
+	// ErrNotInFlight means Restore was called on a saga that has no step
+	// in flight: it is terminal, paused or parked in RETRY_PENDING (use
+	// Redrive for those).
+	ErrNotInFlight = errors.New("orchestrator: saga has no step in flight")
+	// ErrNoCallbackTopic means Start found the domain's callback topic
+	// missing and topic provisioning is disabled (WithoutProvision): a
+	// worker could not reply, so no saga is started.
+	ErrNoCallbackTopic = errors.New("orchestrator: callback topic does not exist")
 )
 
 // Orchestrator drives the sagas of one domain for one service.
@@ -55,6 +64,11 @@ type Orchestrator[T any] struct {
 
 	locks [4096]sync.Mutex
 	seed  maphash.Seed
+
+	// topicsMu serialises the first Start's check that the callback
+	// topic exists; topicsReady skips it afterwards.
+	topicsMu    sync.Mutex
+	topicsReady atomic.Bool
 
 	stats counters
 
@@ -222,11 +236,11 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 		close(o.done)
 	}()
 	if o.cfg.provision {
-		if err := topics.Ensure(ctx, kadm.NewClient(o.prod), topics.OrchestratorTopics(o.domain.Name), o.cfg.topicCfg); err != nil {
+		if err := o.ensureTopics(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("orchestrator: provision: %w", err)
+			return err
 		}
 	}
 	cons, err := kgo.NewClient(o.baseOpts(append([]kgo.Opt{
@@ -304,12 +318,62 @@ func (o *Orchestrator[T]) lock(txID string) *sync.Mutex {
 	return &o.locks[maphash.String(o.seed, txID)%uint64(len(o.locks))]
 }
 
+// ensureTopics makes sure the callback topic (and its dead-letter topic)
+// exist: it creates them when provisioning is enabled, and otherwise
+// checks that the callback topic exists (ErrNoCallbackTopic if not). Once
+// it has succeeded it costs nothing.
+func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
+	if o.topicsReady.Load() {
+		return nil
+	}
+	o.topicsMu.Lock()
+	defer o.topicsMu.Unlock()
+	if o.topicsReady.Load() {
+		return nil
+	}
+	if o.cfg.provision {
+		if err := topics.Ensure(ctx, kadm.NewClient(o.prod), topics.OrchestratorTopics(o.domain.Name), o.cfg.topicCfg); err != nil {
+			return fmt.Errorf("orchestrator: provision: %w", err)
+		}
+	} else {
+		// A direct request: kadm's cached metadata could still say
+		// "missing" for a topic created a moment ago.
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(o.cbTopic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, o.prod)
+		if err != nil {
+			return fmt.Errorf("orchestrator: check callback topic %s: %w", o.cbTopic, err)
+		}
+		found := false
+		for _, t := range resp.Topics {
+			if t.Topic != nil && *t.Topic == o.cbTopic && t.ErrorCode == 0 && len(t.Partitions) > 0 {
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: %s (create it, or drop WithoutProvision)", ErrNoCallbackTopic, o.cbTopic)
+		}
+	}
+	o.topicsReady.Store(true)
+	return nil
+}
+
 // Start begins a saga for entity: it asks OnNext for the first step,
 // persists the saga as STARTED and publishes the first command. It returns
 // the new transaction id.
+//
+// Start may be called before Run: the first call makes sure the domain's
+// callback topic exists (creating it unless WithoutProvision, failing with
+// ErrNoCallbackTopic otherwise), so that a worker's reply always has
+// somewhere to go. Replies are applied once Run is consuming.
 func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 	if o.isClosed() {
 		return "", ErrClosed
+	}
+	if err := o.ensureTopics(ctx); err != nil {
+		return "", err
 	}
 	now := o.cfg.now()
 	txID, err := NewTxID(now, o.code)
@@ -406,6 +470,34 @@ func (o *Orchestrator[T]) Redrive(ctx context.Context, txID string) error {
 	service, endpoint := parseQualified(tx.Endpoint)
 	if err := o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}); err != nil {
 		return o.parkUnsent(ctx, &tx, err)
+	}
+	return nil
+}
+
+// Restore re-sends the command a saga in flight is waiting for (its
+// current span, kind and attempt) without changing the saga. It is for a
+// saga stranded because its command or the reply to it was lost: the
+// process died between persisting a step and publishing its command, or a
+// worker dead-lettered a command whose reply it could not deliver. The
+// worker's guard makes a step that already ran skip and re-send its
+// recorded reply; a reply that arrives twice is ignored. A saga parked in
+// RETRY_PENDING is re-driven as Redrive does; a terminal or paused saga
+// returns ErrNotInFlight. The recovery engine calls it for restore
+// (watchdog) pickups.
+func (o *Orchestrator[T]) Restore(ctx context.Context, txID string) error {
+	tx, err := o.store.LoadTransaction(ctx, o.scope, txID)
+	if err != nil {
+		return fmt.Errorf("orchestrator: restore %s: %w", txID, err)
+	}
+	switch {
+	case tx.State == eventstore.StateRetryPending:
+		return o.Redrive(ctx, txID)
+	case !awaitsReply(tx.State):
+		return fmt.Errorf("%w: %s is %s", ErrNotInFlight, txID, tx.State)
+	}
+	service, endpoint := parseQualified(tx.Endpoint)
+	if err := o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}); err != nil {
+		return fmt.Errorf("orchestrator: restore %s: %w", txID, err)
 	}
 	return nil
 }

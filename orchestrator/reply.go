@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
@@ -64,7 +63,8 @@ func awaitsReply(s eventstore.State) bool {
 }
 
 func (o *Orchestrator[T]) deadLetter(ctx context.Context, r *kgo.Record, reason string) error {
-	if err := o.prod.ProduceSync(ctx, topics.DeadLetter(r, reason)).FirstErr(); err != nil {
+	reason, err := topics.ProduceDeadLetter(ctx, o.prod, r, reason)
+	if err != nil {
 		return fmt.Errorf("orchestrator: dead-letter: %w", err)
 	}
 	o.stats.deadLettered.Add(1)
@@ -113,18 +113,27 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 		if !forward {
 			return o.terminate(ctx, tx, tryout, from, last)
 		}
+		cursor := tx.Span
+		if env.ActionDone {
+			// The step ran (its effect is in place) but its result could
+			// not be reported: it is compensated too, against the entity
+			// it was given.
+			tx.Completed = append(tx.Completed, eventstore.CompletedSpan{Span: tx.Span, Endpoint: tx.Endpoint, Compensable: !isQuery(tx.Endpoint)})
+			cursor = tx.Span + 1
+		}
 		if err := o.persist(ctx, tx, eventstore.StateFailed, tryout, from, last); err != nil {
 			return err
 		}
-		return o.compensate(ctx, tx, tx.Span, last)
+		return o.compensate(ctx, tx, cursor, last)
 	}
 }
 
 // compensationCursor is the span below which completed steps are
 // compensated: the failed span itself failed (nothing to undo there) unless
-// it had completed and the event manager failed the saga afterwards.
+// it had completed and the event manager failed the saga afterwards, or its
+// failure says the step ran (ActionDone).
 func compensationCursor(tx *eventstore.Transaction, env *topics.Envelope) int {
-	if env.Outcome == topics.OutcomeOK {
+	if env.Outcome == topics.OutcomeOK || (env.ActionDone && env.Kind == topics.KindProcess) {
 		return tx.Span + 1
 	}
 	return tx.Span
@@ -234,7 +243,7 @@ func compensable(tx *eventstore.Transaction, span int, endpoint string) bool {
 func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Transaction, step Step, state eventstore.State, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
 	tx.UpdatedAt = o.cfg.now()
 	if err := o.publish(ctx, tx, step); err != nil {
-		if !permanentProduceError(err) {
+		if !topics.PermanentProduceError(err) {
 			return err // retried with the reply
 		}
 		// The command can never be published (no such topic, too large,
@@ -245,20 +254,6 @@ func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Tra
 		return o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last)
 	}
 	return o.persist(ctx, tx, state, tryout, from, last)
-}
-
-// permanentProduceError reports whether producing failed for a reason that
-// retrying will not fix.
-func permanentProduceError(err error) bool {
-	for _, e := range []error{
-		kerr.UnknownTopicOrPartition, kerr.MessageTooLarge, kerr.RecordListTooLarge,
-		kerr.InvalidTopicException, kerr.TopicAuthorizationFailed, kerr.InvalidRecord,
-	} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // terminate ends a saga whose compensation failed: COMPENSATION_FAILED, and

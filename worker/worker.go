@@ -44,7 +44,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
@@ -447,7 +446,7 @@ func (w *Worker) reject(ctx context.Context, cl *kgo.Client, r *kgo.Record, reas
 
 // deliver produces out, the reply for r, and returns nil once it is durable
 // or can never be. A transient failure keeps out for the retry of r and
-// returns the error. A permanent one (see permanentProduceError)
+// returns the error. A permanent one (see topics.PermanentProduceError)
 // dead-letters r with ReasonReplyUndeliverable, or drops a notice.
 func (w *Worker) deliver(ctx context.Context, cl *kgo.Client, r *kgo.Record, out *outgoing) error {
 	err := w.produceReply(ctx, cl, out.rec)
@@ -456,7 +455,7 @@ func (w *Worker) deliver(ctx context.Context, cl *kgo.Client, r *kgo.Record, out
 		if !out.notice {
 			w.processed.Add(1)
 		}
-	case !permanentProduceError(err):
+	case !topics.PermanentProduceError(err):
 		w.keep(r, out)
 		return err
 	case out.notice:
@@ -482,29 +481,6 @@ func (w *Worker) keep(r *kgo.Record, out *outgoing) {
 	if _, loaded := w.pending.Swap(recordID{r.Partition, r.Offset}, out); !loaded {
 		w.pendingN.Add(1)
 	}
-}
-
-// permanentProduceError reports whether a produce failed for a reason that
-// retrying will not fix: the topic is missing (kgo has already retried its
-// metadata, see kgo.UnknownTopicRetries), invalid or not writable, or the
-// record is too large. A delivery timeout is transient even when its last
-// error is one of these.
-func permanentProduceError(err error) bool {
-	if errors.Is(err, kgo.ErrRecordTimeout) {
-		return false
-	}
-	for _, p := range []*kerr.Error{
-		kerr.UnknownTopicOrPartition,
-		kerr.MessageTooLarge,
-		kerr.RecordListTooLarge,
-		kerr.InvalidTopicException,
-		kerr.TopicAuthorizationFailed,
-	} {
-		if errors.Is(err, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // failedReply builds the reply header of cmd with a failure outcome and
@@ -599,15 +575,18 @@ func (w *Worker) replyRecord(r *kgo.Record, replyTo string, reply *topics.Envelo
 }
 
 // produceReply produces rec and waits until it is durable. A reply too
-// large for the producer or the broker is replaced by a non-retryable reply
-// without payload, so that the saga hears of it instead of the command
-// being retried forever.
+// large for the producer or the broker is replaced by a smaller one without
+// payload, so that the saga hears of it instead of the command being
+// retried forever: a failure keeps its outcome (the orchestrator does not
+// read a failure's payload); an ok reply becomes non-retryable, and for a
+// forward step it says ActionDone, so that the orchestrator compensates the
+// step that ran instead of only the steps before it.
 func (w *Worker) produceReply(ctx context.Context, cl *kgo.Client, rec *kgo.Record) error {
 	err := cl.ProduceSync(ctx, rec).FirstErr()
 	if err == nil {
 		return nil
 	}
-	if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge) {
+	if !topics.TooLarge(err) {
 		return fmt.Errorf("worker: produce reply to %s: %w", rec.Topic, err)
 	}
 	reply, derr := topics.Decode(rec.Value)
@@ -615,15 +594,20 @@ func (w *Worker) produceReply(ctx context.Context, cl *kgo.Client, rec *kgo.Reco
 		return fmt.Errorf("worker: produce reply to %s: %w", rec.Topic, err)
 	}
 	size := len(rec.Value)
-	reply.Error = fmt.Sprintf("worker: reply of %d bytes too large to produce (%v); the handler's outcome was %s %s", size, err, reply.Outcome, reply.Error)
-	reply.Outcome = topics.OutcomeNonRetryable
+	if reply.Outcome == topics.OutcomeOK {
+		reply.Error = fmt.Sprintf("worker: the step succeeded but its reply of %d bytes is too large to produce (%v)", size, err)
+		reply.Outcome = topics.OutcomeNonRetryable
+		reply.ActionDone = reply.Kind == topics.KindProcess
+	} else {
+		reply.Error = fmt.Sprintf("%s (reply of %d bytes too large to produce with its payload: %v)", reply.Error, size, err)
+	}
 	reply.Payload = nil
 	b, eerr := topics.Encode(reply)
 	if eerr != nil {
 		return fmt.Errorf("worker: encode reply: %w", eerr)
 	}
 	small := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: b}
-	w.log.Warn("worker: reply too large, replying non-retryable", "tx", reply.TxID, "endpoint", reply.Endpoint, "bytes", size)
+	w.log.Warn("worker: reply too large, replying without its payload", "tx", reply.TxID, "endpoint", reply.Endpoint, "bytes", size, "outcome", reply.Outcome)
 	if err := cl.ProduceSync(ctx, small).FirstErr(); err != nil {
 		return fmt.Errorf("worker: produce reply to %s: %w", rec.Topic, err)
 	}
@@ -634,15 +618,9 @@ func (w *Worker) produceReply(ctx context.Context, cl *kgo.Client, rec *kgo.Reco
 // durable. If the record is too large for the dead-letter topic it is sent
 // without its value, the reason saying so.
 func (w *Worker) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, reason string) error {
-	err := cl.ProduceSync(ctx, topics.DeadLetter(r, reason)).FirstErr()
-	if err != nil && (errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)) {
-		stripped := *r
-		stripped.Value = nil
-		reason = fmt.Sprintf("%s; value of %d bytes dropped: %v", reason, len(r.Value), err)
-		err = cl.ProduceSync(ctx, topics.DeadLetter(&stripped, reason)).FirstErr()
-	}
+	reason, err := topics.ProduceDeadLetter(ctx, cl, r, reason)
 	if err != nil {
-		return fmt.Errorf("worker: produce dead letter to %s: %w", w.dlt, err)
+		return fmt.Errorf("worker: %w", err)
 	}
 	w.deadLettered.Add(1)
 	w.log.Warn("worker: dead-lettered a command record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)

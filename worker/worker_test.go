@@ -351,7 +351,7 @@ func TestDeadLetterTooLargeForDLT(t *testing.T) {
 }
 
 // A reply too large to produce becomes a non-retryable reply without
-// payload instead of a command retried forever.
+// payload, saying that the step ran, instead of a command retried forever.
 func TestReplyTooLarge(t *testing.T) {
 	e := newKfake(t)
 	w := e.newWorker()
@@ -369,6 +369,10 @@ func TestReplyTooLarge(t *testing.T) {
 	rep := e.reply("tx-big", 0, topics.KindProcess)
 	if rep.Outcome != topics.OutcomeNonRetryable || !strings.Contains(rep.Error, "too large") || len(rep.Payload) != 0 {
 		t.Errorf("reply = %s %q (%d payload bytes)", rep.Outcome, rep.Error, len(rep.Payload))
+	}
+	// The step ran: the orchestrator must compensate it too.
+	if !rep.ActionDone {
+		t.Error("the reply to a step that ran does not say ActionDone")
 	}
 }
 
