@@ -63,7 +63,8 @@ func (m Mode) String() string { return string(m) }
 type DomainConfig struct {
 	// Mode of the domain; "" means Config.DefaultMode.
 	Mode Mode
-	// Lease is the STRICT lease of the domain; 0 means Config.DefaultLease.
+	// Lease is the STRICT lease of the domain (lease-duration); 0 means
+	// Config.DefaultLease. Bounds as for Config.DefaultLease.
 	Lease time.Duration
 }
 
@@ -77,7 +78,8 @@ type Config struct {
 	// DefaultLease is the STRICT lease (default-lease-duration): how long an
 	// execution holds its step before another instance may take it over.
 	// Leases are whole seconds (Cassandra TTLs); a fraction is rounded up.
-	// 0 means 5s.
+	// 0 means 5s. It must lie between MinLease (2s) and MaxLease (5m); the
+	// handler gets less than the lease (see the package documentation).
 	DefaultLease time.Duration
 	// Domains overrides the defaults per saga domain (the command's
 	// topics.Envelope.Domain), keyed by domain name (domains.<name>).
@@ -116,15 +118,32 @@ func (c Config) Resolve(domain string) DomainConfig {
 }
 
 // Validate reports every problem of c at once (errors.Join), each naming
-// its full key, sorted by key; the result wraps ErrInvalidConfig.
-func (c Config) Validate() error {
+// its full key, sorted by key; the result wraps ErrInvalidConfig. Leases
+// (whatever the mode) must lie between MinLease and MaxLease once rounded
+// up to whole seconds; 0 means the default.
+func (c Config) Validate() error { return c.validate(DefaultClockSkew) }
+
+// validate is Validate for a guard whose clock-skew margin is skew: the
+// shortest lease it accepts is minLeaseFor(skew).
+func (c Config) validate(skew time.Duration) error {
 	p := yamlconfig.Problems{Prefix: keyPrefix}
+	minLease := minLeaseFor(skew)
+	lease := func(key string, d time.Duration) {
+		switch {
+		case d < 0:
+			p.Add(key, "must be positive, got %v", d)
+		case d == 0:
+		case ceilSeconds(d) < minLease:
+			p.Add(key, "must be at least %v, got %v: a lease loses up to a second to Cassandra's whole-second TTLs, "+
+				"%v is kept for clock skew and some time for the commit, which leaves a shorter one no time to run the step", minLease, d, skew)
+		case ceilSeconds(d) > MaxLease:
+			p.Add(key, "must be at most %v, got %v: a duplicate would wait that long for it (and a crashed execution's lease hold its saga as long)", MaxLease, d)
+		}
+	}
 	if c.DefaultMode != "" && !c.DefaultMode.valid() {
 		p.Add("default-mode", "unknown mode %q (want %s or %s)", string(c.DefaultMode), Strict, RelaxedWithDedup)
 	}
-	if c.DefaultLease < 0 {
-		p.Add("default-lease-duration", "must be positive, got %v", c.DefaultLease)
-	}
+	lease("default-lease-duration", c.DefaultLease)
 	for name, d := range c.Domains {
 		if strings.TrimSpace(name) == "" {
 			p.Add("domains", "empty domain name")
@@ -133,9 +152,7 @@ func (c Config) Validate() error {
 		if d.Mode != "" && !d.Mode.valid() {
 			p.Add("domains."+name+".mode", "unknown mode %q (want %s or %s)", string(d.Mode), Strict, RelaxedWithDedup)
 		}
-		if d.Lease < 0 {
-			p.Add("domains."+name+".lease-duration", "must be positive, got %v", d.Lease)
-		}
+		lease("domains."+name+".lease-duration", d.Lease)
 	}
 	return p.Err(ErrInvalidConfig)
 }
@@ -167,7 +184,8 @@ type rawDomain struct {
 // process environment, fills defaults and validates. Other keys are
 // ignored. A key set to null takes its default. Durations are Go durations
 // ("5s", "1m30s") or ISO-8601 ("PT5S"); a bare number is refused (its unit
-// would be ambiguous).
+// would be ambiguous). A lease outside [MinLease, MaxLease] is refused,
+// naming its key and the bound.
 func LoadConfig(data []byte) (Config, error) {
 	return LoadConfigWithEnv(data, os.LookupEnv)
 }

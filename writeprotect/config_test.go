@@ -174,7 +174,7 @@ func TestValidate(t *testing.T) {
 		Domains: map[string]writeprotect.DomainConfig{
 			"":  {},
 			"b": {Mode: "X", Lease: -1},
-			"a": {Mode: writeprotect.Strict, Lease: time.Second},
+			"a": {Mode: writeprotect.Strict, Lease: 2 * time.Second},
 		},
 	}
 	err := c.Validate()

@@ -10,7 +10,9 @@
 //
 // The mode and the lease are chosen per saga domain (Config, the YAML keys
 // under stacksaga.cassandra.write-protection); the default is
-// RELAXED_WITH_DEDUP with a 5s lease.
+// RELAXED_WITH_DEDUP with a 5s lease. Leases are whole seconds between
+// MinLease (2s) and MaxLease (5m); others are refused at load, naming the
+// key.
 //
 // STRICT: INSERT ... IF NOT EXISTS USING TTL <lease> (an LWT). Applied: the
 // step runs, then its marker is committed permanently (TTL 0, COMMITTED)
@@ -18,24 +20,20 @@
 // step): back off and read the marker again (plain reads: an LWT per try
 // would contend on the partition the lease holder commits to) until it is
 // committed, or gone and the insert is tried again; after the lease plus
-// a second the guard returns ErrLeaseHeld and the worker retries the
-// command later. Committed: the step is skipped and the recorded reply
-// re-sent, so a reply lost after the commit is produced again by the
+// a second, or after WithMaxLeaseWait (10s) if that is sooner, the guard
+// returns ErrLeaseHeld and the worker retries the command later (see
+// "Waiting for a lease"). Committed: the step is skipped and the recorded
+// reply re-sent, so a reply lost after the commit is produced again by the
 // redelivery. A crash between lease and commit leaves the lease to expire,
 // then one other instance runs the step.
 //
-// The handler's context ends a fifth of the lease before the lease does
-// (leaving time to commit), counted from before the insert. A lease taken
-// so late that this deadline has passed (the store's retries of an LWT
-// whose outcome was unknown outlasted it) is released without running the
-// step: Execute returns ErrLeaseExpired and the worker retries
-// (Stats.LateLeases). A handler that ignores its context and overruns its
-// lease is logged and counted (Stats.LeaseOverruns), since another
-// instance may then run the step too: choose a lease longer than the
-// step's longest run. A step that returns after its deadline reads its
-// marker before recording its outcome, and does not write over another
-// execution's lease or commit, nor over a compensation recorded empty
-// meanwhile (Stats.LostLeases, logged as an error).
+// A handler that ignores its context and runs past what its lease is
+// certain to last (below) is logged and counted (Stats.LeaseOverruns),
+// since another instance may then run the step too. A step that returns
+// after its deadline reads its marker before recording its outcome, and
+// does not write over another execution's lease or commit, nor over a
+// compensation recorded empty meanwhile (Stats.LostLeases, logged as an
+// error).
 //
 // STRICT's exclusivity is that of the LWT, hence of the store's serial
 // consistency (eventstore/cassandra Config.SerialConsistency). With the
@@ -56,7 +54,11 @@
 // is not (a STRICT lease is deleted instead): the step is re-driven later
 // and must run again. A recorded reply is re-sent addressed to the
 // current command (its attempt and trace), so a re-driven command's reply
-// is not taken for a stale one.
+// is not taken for a stale one. A recorded reply that cannot be decoded
+// means the step ran and what it replied is lost: the duplicate gets a
+// non-retryable reply, and for an action that reply sets
+// topics.Envelope.ActionDone (the step's effect is in place), so the
+// orchestrator compensates that step too, not only the ones before it.
 //
 // A commit can fail: the write is tried three times (bounded by
 // WithCommitTimeout, not by the caller's context), then the failure is
@@ -66,6 +68,53 @@
 // compensation relies on ActionDone (below) not to be taken for a null
 // one.
 //
+// # The handler's deadline
+//
+// A STRICT lease is shorter than its TTL says. Cassandra computes a TTL's
+// expiry from the insert's time truncated to whole seconds: a 2s lease
+// written at x.93 is gone at x+2, 1.07s later. And the node that judges
+// whether a lease still lives may have a clock ahead of the node that
+// wrote it. From before its insert is sent, measured on the worker's
+// monotonic clock, a lease of L (rounded up to whole seconds) is therefore
+// certain to live for
+//
+//	exclusive = L - 1s - clock skew          (WithClockSkew, default 500ms)
+//
+// and the handler's context ends earlier still, leaving time to record the
+// outcome:
+//
+//	deadline  = exclusive - min(L/10, 1s)
+//
+// With the defaults: a 2s lease gives the handler 300ms, 5s gives 3s, 10s
+// gives 7.5s, a minute 57.5s. Choose a lease longer than the step's
+// longest run by at least 1.5s plus a tenth of the lease (at most 1s), more
+// on a loaded store (the deadline counts from before the LWT, whose
+// latency it includes). A lease too short to leave the
+// handler 250ms is refused: Config.Validate (and LoadConfig) refuse one
+// below MinLease, naming its key; New refuses one too short for a larger
+// WithClockSkew. The memory store expires TTLs the way Cassandra does, so
+// tests on it see the same lease.
+//
+// A lease taken so late that the deadline has passed (the store's retries
+// of an LWT whose outcome was unknown, or the fence read, outlasted it) is
+// released without running the step: Execute returns ErrLeaseExpired and
+// the worker retries (Stats.LateLeases).
+//
+// # Waiting for a lease
+//
+// A command that finds another execution's live lease on its step (or a
+// compensation that finds one on its action) waits inside Execute, and so
+// inside the worker's poll loop, where rebalances of the consumer group
+// are blocked. A wait longer than the group's rebalance timeout would get
+// the member evicted and hand the record to the next owner, which would
+// wait for the same lease. So the wait is bounded twice: by the lease seen
+// first plus a second (on the guard's clock), and by WithMaxLeaseWait
+// (default 10s, real time), whichever ends first; Execute then returns an
+// error wrapping ErrLeaseHeld (Stats.LeaseHeld) and the worker tries the
+// record again later. Keep WithMaxLeaseWait well below the rebalance
+// timeout. Leases are at most MaxLease (5m), so a crashed execution's lease
+// does not hold its step for longer.
+//
 // # Null compensation and hanging actions
 //
 // As dtm's sub-transaction barrier does: a compensation first looks at the
@@ -74,9 +123,9 @@
 // running) is waited for.
 //
 // Absent, and the command carries topics.Envelope.ActionDone (the
-// orchestrator holds the action's ok reply; the StackSaga orchestrator
-// sets it on every compensation, since it compensates only spans whose
-// action replied ok): the action ran and its marker was lost (its commit
+// orchestrator holds the action's ok reply, or a failure that says the
+// action ran; the StackSaga orchestrator sets it on every compensation,
+// since it compensates only spans whose action ran): the action ran and its marker was lost (its commit
 // failed), so the compensation runs, guarded like any step, and nothing is
 // recorded on the action's key (Stats.MissingActionMarkers). The same
 // holds if the action's key says COMPENSATED_EMPTY: an earlier

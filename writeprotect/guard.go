@@ -34,8 +34,8 @@ type Store interface {
 // Errors.
 var (
 	// ErrLeaseHeld is returned by Execute when another execution's lease
-	// on the step outlived the wait; the worker tries the command again
-	// later.
+	// on the step outlived the wait (the lease plus a second, at most
+	// WithMaxLeaseWait); the worker tries the command again later.
 	ErrLeaseHeld = errors.New("writeprotect: lease held by another execution")
 	// ErrLeaseExpired is returned by Execute when a STRICT lease was taken
 	// too late to run the step within it (the store's retries of the
@@ -98,6 +98,8 @@ func New(store Store, cfg Config, opts ...Option) (*Guard, error) {
 		backoffInitial: DefaultBackoffInitial,
 		backoffMax:     DefaultBackoffMax,
 		commitTimeout:  DefaultCommitTimeout,
+		clockSkew:      DefaultClockSkew,
+		maxLeaseWait:   DefaultMaxLeaseWait,
 		fence:          true,
 	}
 	for _, opt := range opts {
@@ -107,8 +109,13 @@ func New(store Store, cfg Config, opts ...Option) (*Guard, error) {
 	if store == nil {
 		errs = append(errs, errors.New("writeprotect: nil store"))
 	}
-	if err := cfg.Validate(); err != nil {
+	if o.clockSkew < 0 || o.clockSkew >= MaxLease {
+		errs = append(errs, fmt.Errorf("writeprotect: clock skew must be in [0, %v), got %v", MaxLease, o.clockSkew))
+	} else if err := cfg.validate(o.clockSkew); err != nil {
 		errs = append(errs, err)
+	}
+	if o.maxLeaseWait <= 0 {
+		errs = append(errs, fmt.Errorf("writeprotect: max lease wait must be positive, got %v", o.maxLeaseWait))
 	}
 	if o.now == nil {
 		errs = append(errs, errors.New("writeprotect: nil clock"))
@@ -305,10 +312,13 @@ func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 		return nil, err
 	}
 	lease := ceilSeconds(x.policy.Lease)
-	// The handler's context ends a fifth of the lease before the lease
-	// does, leaving time for the commit: a handler that honours its
-	// context never runs past its exclusivity.
-	runFor := lease - lease/5
+	// The lease is certain to live for exclusive from before its insert:
+	// the store may lose up to a second of it (Cassandra counts a TTL
+	// from the insert's time truncated to whole seconds) and clocks may
+	// disagree by the skew margin. The handler's context ends the commit
+	// reserve earlier, leaving time to record the outcome: a handler that
+	// honours its context never runs past its exclusivity.
+	exclusive, runFor := leaseBudget(lease, x.g.opts.clockSkew)
 	rctx, cancel := context.WithDeadline(ctx, realStart.Add(runFor))
 	defer cancel()
 	if took := x.g.opts.now().Sub(start); rctx.Err() != nil || took >= runFor {
@@ -328,10 +338,10 @@ func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 	x.g.stats.executions.Add(1)
 	reply := x.run(rctx)
 	took := x.g.opts.now().Sub(start)
-	if took >= lease {
+	if took >= exclusive {
 		x.g.stats.overruns.Add(1)
-		x.g.log.WarnContext(ctx, "writeprotect: step ran longer than its lease; another instance may have run it too (raise the lease-duration)",
-			x.logArgs("took", took, "lease", lease)...)
+		x.g.log.WarnContext(ctx, "writeprotect: step ran longer than its lease is certain to last; another instance may have run it too (raise the lease-duration)",
+			x.logArgs("took", took, "lease", lease, "exclusive", exclusive)...)
 	}
 	if took >= runFor && !x.stillLeased(ctx, key, owner) {
 		return reply, nil
@@ -524,11 +534,15 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 func (x *execution) recorded(ctx context.Context, m eventstore.Marker) *topics.Envelope {
 	rep, err := topics.Decode(m.Reply)
 	if err != nil {
-		// The step ran but what it replied is lost: fail it so the saga
-		// compensates (the step included) instead of hanging.
+		// The step ran but what it replied is lost: fail it so that the
+		// saga compensates instead of hanging. An action's failure says
+		// that the action ran (ActionDone): its effect is in place, so the
+		// orchestrator compensates it too, not only the steps before it.
 		x.g.log.ErrorContext(ctx, "writeprotect: unreadable recorded reply", x.logArgs("err", err)...)
 		x.g.stats.duplicates.Add(1)
-		return x.unchanged(topics.OutcomeNonRetryable, fmt.Sprintf("writeprotect: the step already ran but its recorded reply is unreadable: %v", err))
+		rep := x.unchanged(topics.OutcomeNonRetryable, fmt.Sprintf("writeprotect: the step already ran but its recorded reply is unreadable: %v", err))
+		rep.ActionDone = x.cmd.Kind == topics.KindProcess
+		return rep
 	}
 	x.g.stats.duplicates.Add(1)
 	x.g.log.DebugContext(ctx, "writeprotect: duplicate skipped, recorded reply re-sent", x.logArgs("outcome", rep.Outcome)...)
@@ -569,11 +583,14 @@ func ceilSeconds(d time.Duration) time.Duration {
 
 // waiter paces the tries of an execution waiting for another one's lease.
 type waiter struct {
-	x        *execution
-	lease    time.Duration
-	started  bool
-	deadline time.Time
-	delay    time.Duration
+	x       *execution
+	lease   time.Duration
+	started bool
+	// deadline (guard clock) is the lease seen first plus a second; giveUp
+	// (real time) is the start of the wait plus the max lease wait.
+	deadline, giveUp time.Time
+	began            time.Time
+	delay            time.Duration
 }
 
 func (g *Guard) newWaiter(x *execution, lease time.Duration) *waiter {
@@ -582,20 +599,28 @@ func (g *Guard) newWaiter(x *execution, lease time.Duration) *waiter {
 
 // wait pauses before the next try, or returns ErrLeaseHeld once the lease
 // seen first (or the domain's lease, if longer) plus a second has passed on
-// the guard's clock without the step being committed or freed.
+// the guard's clock without the step being committed or freed, or once
+// the guard's max lease wait has passed in real time: the wait blocks the
+// worker's poll loop (and the group's rebalances), so it is bounded
+// whatever the lease.
 func (w *waiter) wait(ctx context.Context, m eventstore.Marker) error {
 	g := w.x.g
-	now := g.opts.now()
+	now, wall := g.opts.now(), time.Now()
 	if !w.started {
 		w.started = true
 		g.stats.leaseWaits.Add(1)
 		w.deadline = now.Add(max(m.TTL, ceilSeconds(w.lease)) + time.Second)
-	} else if now.After(w.deadline) {
+		w.began, w.giveUp = wall, wall.Add(g.opts.maxLeaseWait)
+	} else if now.After(w.deadline) || !wall.Before(w.giveUp) {
 		g.stats.leaseHeld.Add(1)
-		return w.x.fail("wait for lease", fmt.Errorf("%w (owner %s, %v left)", ErrLeaseHeld, m.Owner, m.TTL))
+		return w.x.fail("wait for lease", fmt.Errorf("%w (owner %s, %v left; waited %v, at most %v)",
+			ErrLeaseHeld, m.Owner, m.TTL, wall.Sub(w.began).Round(time.Millisecond), g.opts.maxLeaseWait))
 	}
 	d := w.delay/2 + randv2.N(w.delay/2+1)
 	w.delay = min(2*w.delay, g.opts.backoffMax)
+	// Wake at the max wait at the latest, to read the marker once more
+	// before giving up.
+	d = max(0, min(d, w.giveUp.Sub(wall)))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -160,29 +160,47 @@ func TestRelaxedWaitsForStrictLease(t *testing.T) {
 	}
 }
 
-// The handler's context ends before the lease does; a handler that
-// ignores it and overruns the lease is counted.
+// The handler's context ends before the lease may: the lease less a
+// second (Cassandra's whole-second TTLs), less the clock-skew margin, less
+// the commit's reserve (a tenth of the lease), counted from before the
+// insert. A handler that ignores it and runs past what the lease is certain
+// to last is counted.
 func TestStrictRunDeadlineAndOverrun(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   []writeprotect.Option
+		runFor time.Duration
+	}{
+		{"default skew", nil, 5*time.Second - time.Second - 500*time.Millisecond - 500*time.Millisecond},
+		{"no skew", []writeprotect.Option{writeprotect.WithClockSkew(0)}, 5*time.Second - time.Second - 500*time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := memoryBackend(t)
+			g := b.guard(t, writeprotect.Strict, tc.opts...)
+			cmd := command(uniqueScope(t), "tx-deadline", 1, topics.KindProcess)
+			var deadline, called time.Time
+			var hasDeadline bool
+			before := time.Now()
+			rep := execute(t, g, cmd, func(ctx context.Context) *topics.Envelope {
+				called = time.Now()
+				deadline, hasDeadline = ctx.Deadline()
+				b.clock.Add(b.lease - time.Second) // past what the lease is certain to last
+				return &topics.Envelope{Outcome: topics.OutcomeOK, Payload: pl("done")}
+			})
+			if !hasDeadline || deadline.Before(before.Add(tc.runFor)) || deadline.After(called.Add(tc.runFor)) {
+				t.Fatalf("handler deadline %v (has %v), want %v after the insert (between %v and %v)", deadline, hasDeadline,
+					tc.runFor, before.Add(tc.runFor), called.Add(tc.runFor))
+			}
+			if rep.Outcome != topics.OutcomeOK || str(rep.Payload) != "done" {
+				t.Fatalf("reply %+v", rep)
+			}
+			if st := g.Stats(); st.LeaseOverruns != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
 	b := memoryBackend(t)
-	g := b.guard(t, writeprotect.Strict)
-	cmd := command(uniqueScope(t), "tx-deadline", 1, topics.KindProcess)
-	var deadline time.Time
 	var hasDeadline bool
-	before := time.Now()
-	rep := execute(t, g, cmd, func(ctx context.Context) *topics.Envelope {
-		deadline, hasDeadline = ctx.Deadline()
-		b.clock.Add(b.lease) // the step takes the whole lease
-		return &topics.Envelope{Outcome: topics.OutcomeOK, Payload: pl("done")}
-	})
-	if !hasDeadline || deadline.After(before.Add(b.lease)) || deadline.Before(before.Add(b.lease*3/4)) {
-		t.Fatalf("handler deadline %v (has %v), want 4/5 of the %v lease from %v", deadline, hasDeadline, b.lease, before)
-	}
-	if rep.Outcome != topics.OutcomeOK || str(rep.Payload) != "done" {
-		t.Fatalf("reply %+v", rep)
-	}
-	if st := g.Stats(); st.LeaseOverruns != 1 {
-		t.Fatalf("stats %+v", st)
-	}
 	// RELAXED imposes no deadline.
 	r := b.guard(t, writeprotect.RelaxedWithDedup)
 	cmd2 := command(uniqueScope(t), "tx-deadline-2", 1, topics.KindProcess)
@@ -265,19 +283,44 @@ func TestStoreFailures(t *testing.T) {
 	}
 }
 
-// A committed marker whose reply cannot be decoded fails the step instead
-// of re-running it or wedging the worker.
-func TestUnreadableRecordedReply(t *testing.T) {
-	b := memoryBackend(t)
-	g := b.guard(t, writeprotect.Strict)
-	cmd := command(uniqueScope(t), "tx-corrupt", 1, topics.KindProcess)
-	if err := b.store.PutMarker(context.Background(), eventstore.Marker{MarkerKey: writeprotect.MarkerKeyFor(cmd), State: eventstore.MarkerCommitted, Reply: []byte("garbage")}); err != nil {
-		t.Fatal(err)
-	}
-	var h handler
-	rep := execute(t, g, cmd, h.run(cmd))
-	if h.runs.Load() != 0 || rep.Outcome != topics.OutcomeNonRetryable || !strings.Contains(rep.Error, "unreadable") {
-		t.Fatalf("runs %d, reply %+v", h.runs.Load(), rep)
+// Issue 14 item 2 (the guard's part): a committed marker whose recorded
+// reply cannot be decoded means the step ran but what it replied is lost.
+// The duplicate gets a non-retryable failure that says the step ran
+// (ActionDone), so the orchestrator compensates this step too instead of
+// only the ones before it.
+func TestUnreadableRecordedReplySaysTheStepRan(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			b := memoryBackend(t)
+			g := b.guard(t, mode)
+			cmd := command(uniqueScope(t), "tx-unreadable", 2, topics.KindProcess)
+			if err := b.store.PutMarker(ctx, eventstore.Marker{MarkerKey: writeprotect.MarkerKeyFor(cmd), State: eventstore.MarkerCommitted,
+				Owner: "earlier/1", Reply: []byte("\xc1 not msgpack")}); err != nil {
+				t.Fatal(err)
+			}
+			var h handler
+			rep, err := g.Execute(ctx, cmd, h.run(cmd))
+			if err != nil || rep == nil {
+				t.Fatalf("Execute: %+v, %v", rep, err)
+			}
+			if h.runs.Load() != 0 {
+				t.Fatal("the step ran again")
+			}
+			if rep.Outcome != topics.OutcomeNonRetryable || !rep.ActionDone || !strings.Contains(rep.Error, "unreadable") {
+				t.Fatalf("reply %+v; want a non-retryable failure with ActionDone", rep)
+			}
+			if rep.Type != topics.TypeReply || rep.TxID != cmd.TxID || rep.Span != cmd.Span || rep.Kind != topics.KindProcess {
+				t.Fatalf("reply not addressed to the command: %+v", rep)
+			}
+			wire, err := topics.Encode(rep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := topics.Decode(wire); err != nil || !got.ActionDone {
+				t.Fatalf("decoded reply %+v, %v; ActionDone lost on the wire", got, err)
+			}
+		})
 	}
 }
 

@@ -63,7 +63,7 @@ func TestLateLeaseIsReleased(t *testing.T) {
 	t.Run("GuardClock", func(t *testing.T) {
 		b := memoryBackend(t)
 		// 4s of the 5s lease pass while the lease is taken: the lease
-		// still lives, but the handler's deadline (4/5 of it) is gone.
+		// still lives, but the handler's deadline (3s into it) is gone.
 		s := &slowLeaseStore{Store: b.store, delay: func(context.Context) { b.clock.Add(4 * time.Second) }}
 		b.store = s
 		g := b.guard(t, writeprotect.Strict)
@@ -72,12 +72,14 @@ func TestLateLeaseIsReleased(t *testing.T) {
 
 	t.Run("RealDeadline", func(t *testing.T) {
 		// The guard's clock stands still; real time passes the
-		// handler's deadline (800ms of a 1s lease) during the insert.
+		// handler's deadline (300ms into a 2s lease: a second lost to
+		// whole-second TTLs, 500ms of clock skew, 200ms for the commit)
+		// during the insert.
 		store := memory.New()
 		t.Cleanup(func() { _ = store.Close() })
-		s := &slowLeaseStore{Store: store, delay: func(context.Context) { time.Sleep(850 * time.Millisecond) }}
+		s := &slowLeaseStore{Store: store, delay: func(context.Context) { time.Sleep(600 * time.Millisecond) }}
 		frozen := newFakeClock()
-		g, err := writeprotect.New(s, writeprotect.Config{DefaultMode: writeprotect.Strict, DefaultLease: time.Second},
+		g, err := writeprotect.New(s, writeprotect.Config{DefaultMode: writeprotect.Strict, DefaultLease: 2 * time.Second},
 			writeprotect.WithClock(frozen.Now), writeprotect.WithLogger(quietLogger()))
 		if err != nil {
 			t.Fatal(err)

@@ -15,6 +15,13 @@ const (
 	// DefaultCommitTimeout bounds the write that commits (or releases) a
 	// step's marker after the step ran.
 	DefaultCommitTimeout = 10 * time.Second
+	// DefaultClockSkew is the clock-skew margin a STRICT handler's
+	// deadline leaves before its lease may end (WithClockSkew).
+	DefaultClockSkew = 500 * time.Millisecond
+	// DefaultMaxLeaseWait bounds, in real time, how long a command waits
+	// for another execution's lease before Execute returns ErrLeaseHeld
+	// (WithMaxLeaseWait).
+	DefaultMaxLeaseWait = 10 * time.Second
 )
 
 // Option configures a Guard.
@@ -31,6 +38,8 @@ type options struct {
 	backoffInitial time.Duration
 	backoffMax     time.Duration
 	commitTimeout  time.Duration
+	clockSkew      time.Duration
+	maxLeaseWait   time.Duration
 	fence          bool
 }
 
@@ -81,4 +90,31 @@ func WithCommitTimeout(d time.Duration) Option {
 // worker's store does not hold the orchestrator's saga rows.
 func WithoutTerminalFence() Option {
 	return optFunc(func(o *options) { o.fence = false })
+}
+
+// WithClockSkew sets the clock-skew margin of STRICT leases, overriding
+// DefaultClockSkew (500ms): how much earlier than its TTL says a lease may
+// end because clocks disagree. A lease's expiry is computed by the
+// Cassandra node that writes it and judged by the node that reads it, each
+// on its own clock (a node whose clock runs ahead sees leases expire
+// early), and a clock stepped by NTP moves expiries too. The handler's
+// deadline is the lease less a second (Cassandra's whole-second TTLs), less
+// this margin, less the commit's reserve, counted from before the lease's
+// insert on the worker's monotonic clock (see the package documentation).
+// Set it to the worst skew between the Cassandra nodes, as NTP keeps it. A
+// larger margin raises the shortest lease New accepts (MinLease for the
+// default). It must be in [0, MaxLease).
+func WithClockSkew(d time.Duration) Option {
+	return optFunc(func(o *options) { o.clockSkew = d })
+}
+
+// WithMaxLeaseWait bounds how long a command waits for another execution's
+// lease on its step (or, for a compensation, on its action), overriding
+// DefaultMaxLeaseWait (10s). After it, or after the lease plus a second if
+// that is sooner, Execute returns an error wrapping ErrLeaseHeld and the
+// worker tries the command again later. The wait blocks the worker's poll
+// loop, and with it the consumer group's rebalances: keep it well below the
+// group's rebalance timeout. Measured in real time, whatever WithClock.
+func WithMaxLeaseWait(d time.Duration) Option {
+	return optFunc(func(o *options) { o.maxLeaseWait = d })
 }

@@ -15,7 +15,8 @@ type Stats struct {
 	// waited (a compensation waiting for its running action counts too).
 	LeaseWaits uint64
 	// LeaseHeld counts the commands returned with ErrLeaseHeld (the lease
-	// outlived the wait; the worker tries again later).
+	// outlived the wait, which WithMaxLeaseWait bounds; the worker tries
+	// again later).
 	LeaseHeld uint64
 	// NullCompensations counts compensations recorded as COMPENSATED_EMPTY
 	// because their action never ran (the handler was not called).
@@ -31,7 +32,9 @@ type Stats struct {
 	// reply at all.
 	Released uint64
 	// LeaseOverruns counts STRICT executions that ran longer than their
-	// lease, during which another instance could have taken the step over.
+	// lease is certain to last (the lease less a second lost to
+	// whole-second TTLs and the clock-skew margin), after which another
+	// instance could have taken the step over.
 	LeaseOverruns uint64
 	// CommitFailures counts executions whose outcome could not be recorded;
 	// their reply was sent anyway.

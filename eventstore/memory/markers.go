@@ -26,6 +26,14 @@ func (r markerRec) live(now time.Time) (eventstore.Marker, bool) {
 	return m, true
 }
 
+// leaseExpiry is when a marker inserted at now with a TTL of lease
+// disappears, as Cassandra computes it: the insert's time truncated to
+// whole seconds plus the TTL in whole seconds (lease rounded up). A 2s
+// lease inserted at x.9 is gone at x+2, 1.1s later.
+func leaseExpiry(now time.Time, lease time.Duration) time.Time {
+	return now.Truncate(time.Second).Add(eventstore.CeilSeconds(lease))
+}
+
 func (s *Store) markerRec(m eventstore.Marker, lease time.Duration, now time.Time) markerRec {
 	m.TTL = 0
 	m.Reply = cloneBytes(m.Reply)
@@ -35,7 +43,7 @@ func (s *Store) markerRec(m eventstore.Marker, lease time.Duration, now time.Tim
 	m.UpdatedAt = eventstore.StoredTime(m.UpdatedAt)
 	r := markerRec{m: m}
 	if lease > 0 {
-		r.expires = now.Add(eventstore.CeilSeconds(lease))
+		r.expires = leaseExpiry(now, lease)
 	}
 	return r
 }

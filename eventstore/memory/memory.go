@@ -2,6 +2,9 @@
 // StackSaga and the fast twin of the Cassandra store, with the same
 // semantics (conditional inserts, TTL expiry on an injectable clock,
 // partition deletes, clustering order), checked by eventstore/storetest.
+// TTLs expire as Cassandra's do: a marker inserted at t with a TTL expires
+// at t truncated to whole seconds plus the TTL, up to a second earlier than
+// t plus the TTL.
 //
 // State is sharded by transaction id so that concurrent sagas do not
 // contend; every value is copied on the way in and out.

@@ -32,7 +32,7 @@ func TestConformance(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	storetest.Run(t, func(t *testing.T) eventstore.Store {
 		return memory.New(memory.WithClock(clock.Now))
-	}, storetest.WithFeatures(storetest.Features{Advance: clock.Advance}))
+	}, storetest.WithFeatures(storetest.Features{Advance: clock.Advance, Now: clock.Now}))
 }
 
 // The suite also passes on the wall clock, waiting for TTLs in real time.

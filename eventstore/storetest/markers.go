@@ -214,6 +214,9 @@ func testMarkerTTLExpiry(t *testing.T, e *env) {
 	k := markerKey(e.scope, tx, 0, "process", "worker:a")
 	perm := markerKey(e.scope, tx, 1, "process", "worker:a")
 	must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: perm, State: eventstore.MarkerCommitted, Owner: "p"}), "PutMarker")
+	// Inserted on a whole second, the lease lasts its full TTL (see
+	// testMarkerTTLFromWholeSecond for inserts within a second).
+	e.advanceToFraction(0)
 	// 1.2s is rounded up to a 2s lease.
 	applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "crashed-pod"}, 1200*time.Millisecond)
 	must(t, err, "InsertMarker")
@@ -255,4 +258,115 @@ func testMarkerTTLExpiry(t *testing.T, e *env) {
 	if _, err := e.store.GetMarker(ctx, perm); err != nil {
 		t.Fatalf("permanent marker gone: %v", err)
 	}
+}
+
+// advanceToFraction moves a virtual clock forward to the next instant that
+// is frac into a second (now, if it is); without one it does nothing.
+func (e *env) advanceToFraction(frac time.Duration) {
+	if e.f.Advance == nil {
+		return
+	}
+	now := e.f.Now()
+	if d := (frac - now.Sub(now.Truncate(time.Second)) + time.Second) % time.Second; d > 0 {
+		e.f.Advance(d)
+	}
+}
+
+// testMarkerTTLFromWholeSecond: a marker inserted with a TTL at time t
+// expires at t truncated to whole seconds plus the TTL, as Cassandra
+// computes it (the insert's time in whole seconds plus the TTL): a 2s
+// lease inserted at x.9 is gone at x+2, 1.1s later. A guard relies on
+// this to bound its handler's deadline, so a store that expires later than
+// Cassandra would hide a guard that trusts the full TTL.
+func testMarkerTTLFromWholeSecond(t *testing.T, e *env) {
+	ctx := t.Context()
+	const lease = 2 * time.Second
+	insert := func(k eventstore.MarkerKey) {
+		t.Helper()
+		applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "o"}, lease)
+		must(t, err, "InsertMarker")
+		if !applied {
+			t.Fatal("InsertMarker not applied")
+		}
+	}
+	get := func(k eventstore.MarkerKey) (eventstore.Marker, bool) {
+		t.Helper()
+		m, err := e.store.GetMarker(ctx, k)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			return m, false
+		}
+		must(t, err, "GetMarker")
+		return m, true
+	}
+
+	if e.f.Advance != nil {
+		// Inserted at x.9: alive at x+1.95 with 1s left (rounded up),
+		// gone at x+2.05.
+		late := markerKey(e.scope, "tx-ttl-late", 0, "process", "worker:a")
+		e.advanceToFraction(900 * time.Millisecond)
+		insert(late)
+		e.f.Advance(1050 * time.Millisecond)
+		if m, ok := get(late); !ok || m.TTL != time.Second {
+			t.Fatalf("2s lease inserted at x.9, read at x+1.95: %+v (found %v), want alive with TTL 1s", m, ok)
+		}
+		e.f.Advance(100 * time.Millisecond)
+		if m, ok := get(late); ok {
+			t.Fatalf("2s lease inserted at x.9 still alive at x+2.05 (TTL %v): its expiry must count from x", m.TTL)
+		}
+		// Inserted on a whole second: alive for the full TTL.
+		whole := markerKey(e.scope, "tx-ttl-whole", 0, "process", "worker:a")
+		e.advanceToFraction(0)
+		insert(whole)
+		e.f.Advance(lease - time.Nanosecond)
+		if _, ok := get(whole); !ok {
+			t.Fatal("2s lease inserted at x.0 gone before x+2")
+		}
+		e.f.Advance(time.Nanosecond)
+		if _, ok := get(whole); ok {
+			t.Fatal("2s lease inserted at x.0 alive at x+2")
+		}
+		return
+	}
+
+	// Real time: insert at about x.6 and watch the marker until it is
+	// gone. It must be alive for any read answered before x+2, and gone
+	// for any read sent at x+2 or later (where exact expiry would keep it
+	// until x+2.6). An insert answered in a later second than it was sent
+	// says nothing (its server time is unknown): try again.
+	for attempt := 1; attempt <= 5; attempt++ {
+		k := markerKey(e.scope, fmt.Sprintf("tx-ttl-real-%d", attempt), 0, "process", "worker:a")
+		now := e.f.Now()
+		if d := (600*time.Millisecond - now.Sub(now.Truncate(time.Second)) + time.Second) % time.Second; d > 0 {
+			time.Sleep(d)
+		}
+		sent := e.f.Now()
+		insert(k)
+		answered := e.f.Now()
+		if !sent.Truncate(time.Second).Equal(answered.Truncate(time.Second)) {
+			t.Logf("attempt %d: insert sent at %s answered at %s, in the next second; trying again", attempt,
+				sent.Format("15:04:05.000"), answered.Format("15:04:05.000"))
+			continue
+		}
+		expiry := sent.Truncate(time.Second).Add(lease)
+		for {
+			readSent := e.f.Now()
+			m, ok := get(k)
+			readAnswered := e.f.Now()
+			switch {
+			case ok && !readSent.Before(expiry):
+				t.Fatalf("2s lease inserted at %s still alive at %s (TTL %v): it must expire at %s, its insert second plus its TTL",
+					sent.Format("15:04:05.000"), readSent.Format("15:04:05.000"), m.TTL, expiry.Format("15:04:05.000"))
+			case !ok && readAnswered.Before(expiry):
+				t.Fatalf("2s lease inserted at %s gone at %s, before %s", sent.Format("15:04:05.000"),
+					readAnswered.Format("15:04:05.000"), expiry.Format("15:04:05.000"))
+			case !ok:
+				return
+			}
+			if t.Context().Err() != nil || e.f.Now().Sub(sent) > e.f.Timeout {
+				t.Fatalf("lease inserted at %s still alive after %v", sent.Format("15:04:05.000"), e.f.Timeout)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Fatal("no insert was answered in the second it was sent (inserts too slow?)")
 }
