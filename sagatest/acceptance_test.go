@@ -76,7 +76,7 @@ func acceptance(t *testing.T, env *sagatest.Env, sagas int) (*orchestrator.Orche
 // topics).
 func TestRealKafkaAllFaults(t *testing.T) {
 	cfg := writeprotect.DefaultConfig()
-	cfg.DefaultMode, cfg.DefaultLease = writeprotect.Strict, time.Second
+	cfg.DefaultMode, cfg.DefaultLease = writeprotect.Strict, writeprotect.MinLease
 	env := sagatest.New(t, sagatest.WithKafka(testenv.KafkaBrokers(t)...),
 		sagatest.WithWriteProtectionConfig(cfg),
 		sagatest.DuplicateCommands(1), sagatest.DuplicateReplies(1), sagatest.TwinWorkers(),

@@ -259,7 +259,7 @@ func TestReorderReplies(t *testing.T) {
 // run again. Every saga ends right either way.
 func TestCrashWorkersEvery(t *testing.T) {
 	cfg := writeprotect.DefaultConfig()
-	cfg.DefaultMode, cfg.DefaultLease = writeprotect.Strict, time.Second
+	cfg.DefaultMode, cfg.DefaultLease = writeprotect.Strict, writeprotect.MinLease
 	for _, tc := range []struct {
 		name    string
 		opts    []sagatest.Option
