@@ -6,6 +6,7 @@ package topics
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -129,8 +130,12 @@ func Encode(e *Envelope) ([]byte, error) {
 	return b, nil
 }
 
-// Decode parses b and checks that it names what every envelope must name.
-// The returned error wraps ErrMalformed or ErrUnsupportedVersion.
+// Decode parses b and checks it with Validate: what every envelope must
+// name, and that every field that becomes a Cassandra key or a topic name
+// can be stored (a record that fails here would fail the same way on every
+// try, so callers dead-letter it). Invalid UTF-8 in Error is replaced with
+// U+FFFD. The returned error wraps ErrMalformed or ErrUnsupportedVersion
+// and names the offending field.
 func Decode(b []byte) (*Envelope, error) {
 	var e Envelope
 	if err := msgpack.Unmarshal(b, &e); err != nil {
@@ -142,18 +147,12 @@ func Decode(b []byte) (*Envelope, error) {
 	if e.Version > EnvelopeVersion {
 		return nil, fmt.Errorf("%w: %d > %d", ErrUnsupportedVersion, e.Version, EnvelopeVersion)
 	}
-	switch {
-	case e.Type != TypeCommand && e.Type != TypeReply:
-		return nil, fmt.Errorf("%w: type %q", ErrMalformed, e.Type)
-	case e.TxID == "":
-		return nil, fmt.Errorf("%w: missing transaction id", ErrMalformed)
-	case e.Kind != KindProcess && e.Kind != KindRevert:
-		return nil, fmt.Errorf("%w: kind %q", ErrMalformed, e.Kind)
-	case e.Endpoint == "":
-		return nil, fmt.Errorf("%w: missing endpoint", ErrMalformed)
-	case e.Type == TypeReply && e.Outcome != OutcomeOK && e.Outcome != OutcomeRetryable && e.Outcome != OutcomeNonRetryable:
-		return nil, fmt.Errorf("%w: outcome %q", ErrMalformed, e.Outcome)
+	if err := e.Validate(); err != nil {
+		return nil, err
 	}
+	// The error message is stored as CQL text: a handler's message with
+	// invalid UTF-8 must not make a valid reply unstorable.
+	e.Error = strings.ToValidUTF8(e.Error, "\uFFFD")
 	if e.SentMs != 0 {
 		e.SentAt = time.UnixMilli(e.SentMs).UTC()
 	}
