@@ -22,9 +22,30 @@ var (
 	ErrClosed = errors.New("eventstore: closed")
 	// ErrInvalid means an argument cannot be stored: an empty key
 	// component, a window outside 0..1439, a negative bucket, a tryout of
-	// another saga.
-	ErrInvalid = errors.New("eventstore: invalid argument")
+	// another saga. Every error wrapping ErrInvalid also matches
+	// ErrPermanent.
+	ErrInvalid error = &sentinel{"eventstore: invalid argument", ErrPermanent}
+	// ErrPermanent means the call can never succeed as made: making it
+	// again fails the same way, so a caller retrying it would retry for
+	// ever (a consumer should dead-letter the record instead). It covers
+	// ErrInvalid and, in the Cassandra store, what Cassandra refuses as
+	// invalid (error 0x2200: a key that is not valid UTF-8 or over 64 KiB,
+	// text that is not valid UTF-8, but also a table missing from the
+	// schema), a syntax error (0x2000), an unauthorized request (0x2100), a
+	// configuration error (0x2300), and a value the driver cannot marshal.
+	// Some of these (a missing table or permission) refuse every call
+	// until an operator acts, not only the one record.
+	ErrPermanent = errors.New("eventstore: permanent failure")
 )
+
+// sentinel is an error value that also matches parent with errors.Is.
+type sentinel struct {
+	msg    string
+	parent error
+}
+
+func (s *sentinel) Error() string { return s.msg }
+func (s *sentinel) Unwrap() error { return s.parent }
 
 // Scope is the partition-key prefix shared by every table: the region, the
 // virtual cluster and the orchestrating service.

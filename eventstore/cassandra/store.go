@@ -193,12 +193,40 @@ func (s *Store) check(ctx context.Context, invalid ...error) error {
 	return nil
 }
 
-// fail wraps a driver error; a closed session becomes ErrClosed.
+// fail wraps a driver error; a closed session becomes ErrClosed, a
+// request that can never succeed ErrPermanent (see permanent).
 func (s *Store) fail(op string, err error) error {
 	if s.closed.Load() || errors.Is(err, gocql.ErrSessionClosed) {
 		return fmt.Errorf("cassandra: %s: %w (%w)", op, eventstore.ErrClosed, err)
 	}
+	if sentinel := permanent(err); sentinel != nil {
+		return fmt.Errorf("cassandra: %s: %w: %w", op, sentinel, err)
+	}
 	return fmt.Errorf("cassandra: %s: %w", op, err)
+}
+
+// permanent classifies a driver error that sending the same request again
+// cannot fix: a value the driver cannot marshal (eventstore.ErrInvalid);
+// an invalid request, for instance a key or text that is not valid UTF-8
+// or a partition key over 64 KiB (error 0x2200), a syntax error (0x2000),
+// an unauthorized request (0x2100) or a configuration error (0x2300)
+// (eventstore.ErrPermanent). Timeouts, unavailable or overloaded replicas,
+// server and protocol errors stay transient (nil).
+func permanent(err error) error {
+	var (
+		marshal      gocql.MarshalError
+		invalid      *gocql.RequestErrInvalid
+		syntax       *gocql.RequestErrSyntax
+		unauthorized *gocql.RequestErrUnauthorized
+		config       *gocql.RequestErrConfig
+	)
+	switch {
+	case errors.As(err, &marshal):
+		return eventstore.ErrInvalid
+	case errors.As(err, &invalid), errors.As(err, &syntax), errors.As(err, &unauthorized), errors.As(err, &config):
+		return eventstore.ErrPermanent
+	}
+	return nil
 }
 
 func (s *Store) read(stmt string, args ...any) *gocql.Query {
