@@ -291,3 +291,59 @@ func TestRestoreResendsTheStepInFlight(t *testing.T) {
 		t.Errorf("Restore of a completed saga = %v, want ErrNotInFlight", err)
 	}
 }
+
+// Item 4: records whose transaction id Cassandra cannot store (not valid
+// UTF-8, or over 64 KiB) are dead-lettered with a reason, by the
+// orchestrator and by the worker, and the sagas behind them complete.
+func TestUnstorableTxIDsAreDeadLettered(t *testing.T) {
+	r := newRig(t, "cassandra")
+	r.startWorker(r.svcStock)
+	r.startWorker(r.svcPay)
+	o, _ := r.startOrchestrator()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bad := []string{"\xff\xfe-not-utf8", strings.Repeat("k", 70<<10)}
+	targets := map[string]topics.Type{topics.CallbackTopic(r.domain): topics.TypeReply, topics.CommandTopic(r.svcPay): topics.TypeCommand}
+	for tp, typ := range targets {
+		for _, id := range bad {
+			env := topics.Envelope{Type: typ, Region: o.Scope().Region, Cluster: o.Scope().Cluster, Service: o.Service(),
+				Domain: r.domain, TxID: id, Kind: topics.KindProcess, Endpoint: "charge", Attempt: 1,
+				IdempotencyKey: "k", ReplyTo: topics.CallbackTopic(r.domain), Outcome: topics.OutcomeOK}
+			b, err := topics.Encode(&env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: tp, Key: []byte("poison"), Value: b}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ids := startConcurrently(t, o, 10)
+	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
+	for tp := range targets {
+		dlt := topics.DeadLetterTopic(tp)
+		c, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for len(recs) < len(bad) && ctx.Err() == nil {
+			fs := c.PollFetches(ctx)
+			recs = append(recs, fs.Records()...)
+		}
+		c.Close()
+		if len(recs) != len(bad) {
+			t.Fatalf("%s: %d dead letters, want %d", dlt, len(recs), len(bad))
+		}
+		for _, rec := range recs {
+			if reason := topics.DeadLetterReason(rec); !strings.Contains(reason, "malformed") {
+				t.Errorf("%s: reason %q does not say why", dlt, reason)
+			}
+		}
+	}
+}

@@ -268,10 +268,19 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 	defer stopGrace()
 	o.runOnce.Do(func() { close(o.running) })
 	err = kafkaloop.Run(ctx, cons, func(_ context.Context, r *kgo.Record) error {
-		return o.handleRecord(pctx, r)
+		err := o.handleRecord(pctx, r)
+		if errors.Is(err, eventstore.ErrPermanent) {
+			// The store refuses this reply for good (a key it cannot
+			// hold): dead-letter it rather than retry it for ever.
+			return kafkaloop.Permanent(err)
+		}
+		return err
 	}, kafkaloop.Options{
 		Concurrency: o.cfg.concurrency,
 		Logger:      o.cfg.logger,
+		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
+			return o.deadLetter(pctx, r, "orchestrator: "+reason)
+		},
 	})
 	if ctx.Err() != nil {
 		return nil

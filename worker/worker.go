@@ -46,6 +46,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
@@ -68,6 +69,12 @@ const (
 	// produced (see the package documentation); the details are the
 	// produce error.
 	ReasonReplyUndeliverable = "reply-undeliverable"
+	// ReasonGivenUp: the command kept failing (its guard's store or its
+	// reply's broker unavailable) for longer than the consume loop's retry
+	// budget, or the store refuses it for good; the details say which. The
+	// saga stays in flight: its restore watchdog (or Orchestrator.Restore)
+	// sends the step again.
+	ReasonGivenUp = "given-up"
 )
 
 // shutdownGrace bounds how long a reply produced during shutdown may wait
@@ -301,8 +308,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 
 	err = kafkaloop.Run(ctx, cl, func(hctx context.Context, r *kgo.Record) error {
-		return w.handle(hctx, pctx, cl, r)
-	}, kafkaloop.Options{Concurrency: w.cfg.concurrency, Logger: w.log})
+		err := w.handle(hctx, pctx, cl, r)
+		if errors.Is(err, eventstore.ErrPermanent) {
+			// The guard's store refuses this command for good.
+			return kafkaloop.Permanent(err)
+		}
+		return err
+	}, kafkaloop.Options{
+		Concurrency: w.cfg.concurrency,
+		Logger:      w.log,
+		// A command that kept failing past the loop's retry budget, or
+		// that the store refuses, is dead-lettered; its saga stays in
+		// flight and its restore watchdog re-sends the step later.
+		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
+			w.dropPending(r)
+			return w.deadLetter(pctx, cl, r, ReasonGivenUp+": "+reason)
+		},
+	})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -468,12 +490,17 @@ func (w *Worker) deliver(ctx context.Context, cl *kgo.Client, r *kgo.Record, out
 		w.undeliverable.Add(1)
 		w.log.Error("worker: reply undeliverable, dead-lettered the command (its handler ran)", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reply_to", out.rec.Topic, "err", err)
 	}
+	w.dropPending(r)
+	return nil
+}
+
+// dropPending forgets the pending reply of r, if any.
+func (w *Worker) dropPending(r *kgo.Record) {
 	if w.pendingN.Load() > 0 {
 		if _, loaded := w.pending.LoadAndDelete(recordID{r.Partition, r.Offset}); loaded {
 			w.pendingN.Add(-1)
 		}
 	}
-	return nil
 }
 
 // keep records out as the pending reply of r.
