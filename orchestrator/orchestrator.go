@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -580,8 +581,9 @@ func (o *Orchestrator[T]) decide(ctx context.Context, f func(context.Context, *S
 		d = Fail("event manager returned a zero Decision")
 	case d.kind == decideSend && topics.ValidName(d.step.Service) != nil:
 		d = Fail(fmt.Sprintf("event manager chose an invalid service name %q", d.step.Service))
-	case d.kind == decideSend && (d.step.Endpoint == "" || strings.ContainsAny(d.step.Endpoint, "/#")):
-		d = Fail(fmt.Sprintf("event manager chose an invalid endpoint name %q", d.step.Endpoint))
+	case d.kind == decideSend && (d.step.Endpoint == "" || strings.ContainsAny(d.step.Endpoint, "/#\x00") ||
+		!utf8.ValidString(d.step.Endpoint) || len(d.step.Endpoint) > topics.MaxIDBytes):
+		d = Fail(fmt.Sprintf("event manager chose an invalid endpoint name %.64q", d.step.Endpoint))
 	}
 	return d
 }

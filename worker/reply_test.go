@@ -115,9 +115,8 @@ func TestUndeliverableReply(t *testing.T) {
 		want    string      // in the reason
 	}{
 		{"missing topic", "stacksaga.nosuch.callback", nil, kerr.UnknownTopicOrPartition.Message},
-		// Kafka answers INVALID_TOPIC_EXCEPTION, kfake
-		// UNKNOWN_TOPIC_OR_PARTITION.
-		{"invalid topic", "bad topic name!", nil, "bad topic name!"},
+		// A ReplyTo that is no valid topic name never reaches a handler:
+		// topics.Decode refuses it (the command is undecodable).
 		{"not authorized", other, kerr.TopicAuthorizationFailed, kerr.TopicAuthorizationFailed.Message},
 		{"message too large", other, kerr.MessageTooLarge, kerr.MessageTooLarge.Message},
 		{"record list too large", other, kerr.RecordListTooLarge, kerr.RecordListTooLarge.Message},

@@ -508,7 +508,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := msgpack.Marshal(Order{ID: "g"})
-	v, _ := topics.Encode(&topics.Envelope{Type: topics.TypeCommand, Domain: domain, TxID: "tx-g", Kind: topics.KindProcess, Endpoint: "charge", ReplyTo: callbackTopic, Payload: b})
+	v, _ := topics.Encode(&topics.Envelope{Type: topics.TypeCommand, Domain: domain, TxID: "tx-g", Kind: topics.KindProcess, Endpoint: "charge", Attempt: 1, ReplyTo: callbackTopic, Payload: b})
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: commandTopic, Key: []byte("tx-g"), Value: v}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
