@@ -84,11 +84,26 @@ const (
 	// StateRetryPending parks a saga after a retryable error until the
 	// recovery engine (or an explicit re-drive) sends the step again.
 	StateRetryPending State = "RETRY_PENDING"
+	// StateDisabled freezes a saga that outlived its transaction lifetime
+	// before it ended: the recovery engine no longer re-drives it, and it
+	// is copied to the frozen table with the reason. It is not terminal: an
+	// admin can restore it (sagactl restore), which extends its lifetime
+	// and re-drives it.
+	StateDisabled State = "DISABLED"
 )
 
 // Terminal reports whether no transition leaves s.
 func (s State) Terminal() bool {
 	return s == StateCompleted || s == StateCompensated || s == StateCompensationFailed
+}
+
+// LifetimeFrom returns when tx's transaction lifetime started counting:
+// LifetimeStart, or CreatedAt when that is zero.
+func (tx *Transaction) LifetimeFrom() time.Time {
+	if !tx.LifetimeStart.IsZero() {
+		return tx.LifetimeStart
+	}
+	return tx.CreatedAt
 }
 
 // Transaction is one saga: the row of es_transaction.
@@ -119,8 +134,12 @@ type Transaction struct {
 	RestorePath *RecoveryPath
 	// PausedUntil is the deadline of a paused span (zero: no deadline).
 	PausedUntil time.Time
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// LifetimeStart is when the saga's transaction lifetime started
+	// counting: zero means CreatedAt; an admin's restore of a DISABLED
+	// saga sets it to the time of the restore (see Lifetime).
+	LifetimeStart time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // CompletedSpan is a forward step that succeeded.

@@ -81,6 +81,11 @@ type Envelope struct {
 	// ok reply of the action being compensated: the action ran, even if the
 	// worker's execution marker for it was lost. A compensation without it
 	// may be a null compensation (its action may never have run).
+	//
+	// On a non-retryable reply to a process command it says that the step
+	// ran and its effect is in place although its result cannot be
+	// reported (the ok reply was too large to produce, or the recorded
+	// reply is unreadable): the orchestrator compensates that step too.
 	ActionDone bool `msgpack:"action_done,omitempty"`
 
 	// Payload is the serialised domain entity (msgpack).

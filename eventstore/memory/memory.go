@@ -362,6 +362,7 @@ func cloneTx(tx eventstore.Transaction) eventstore.Transaction {
 		tx.RestorePath = &p
 	}
 	tx.PausedUntil = eventstore.StoredTime(tx.PausedUntil)
+	tx.LifetimeStart = eventstore.StoredTime(tx.LifetimeStart)
 	tx.CreatedAt = eventstore.StoredTime(tx.CreatedAt)
 	tx.UpdatedAt = eventstore.StoredTime(tx.UpdatedAt)
 	return tx

@@ -30,12 +30,13 @@ func fullTx(scope eventstore.Scope, id string) eventstore.Transaction {
 			{Span: 0, Endpoint: "inventory-service/reserve", Compensable: true},
 			{Span: 1, Endpoint: "customer-service/lookup", Compensable: false},
 		},
-		Hints:       map[string]string{"reservation": "R-17", "currency": "EUR"},
-		Error:       "payment-service: timeout",
-		RestorePath: &eventstore.RecoveryPath{Day: time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC), MinuteOfDay: 189, InstanceID: "order-7f9c", Bucket: 3},
-		PausedUntil: base.Add(time.Hour),
-		CreatedAt:   base,
-		UpdatedAt:   base.Add(1500 * time.Millisecond),
+		Hints:         map[string]string{"reservation": "R-17", "currency": "EUR"},
+		Error:         "payment-service: timeout",
+		RestorePath:   &eventstore.RecoveryPath{Day: time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC), MinuteOfDay: 189, InstanceID: "order-7f9c", Bucket: 3},
+		PausedUntil:   base.Add(time.Hour),
+		LifetimeStart: base.Add(2 * time.Hour),
+		CreatedAt:     base,
+		UpdatedAt:     base.Add(1500 * time.Millisecond),
 	}
 }
 
@@ -67,6 +68,7 @@ func canonTime(t time.Time) time.Time {
 
 func canonTx(tx eventstore.Transaction) eventstore.Transaction {
 	tx.PausedUntil = canonTime(tx.PausedUntil)
+	tx.LifetimeStart = canonTime(tx.LifetimeStart)
 	tx.CreatedAt = canonTime(tx.CreatedAt)
 	tx.UpdatedAt = canonTime(tx.UpdatedAt)
 	if tx.RestorePath != nil {
