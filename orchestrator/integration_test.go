@@ -35,6 +35,10 @@ type rig struct {
 	failShip   atomic.Bool
 	failRefund atomic.Bool
 	slowPay    atomic.Int64 // handler delay in ms
+	// retryChargeOnce fails every saga's first charge attempt retryably;
+	// retryCharge fails every charge attempt retryably.
+	retryChargeOnce atomic.Bool
+	retryCharge     atomic.Bool
 
 	mu      sync.Mutex
 	reverts map[string][]string // tx → compensations in call order
@@ -103,6 +107,13 @@ func (r *rig) sagaDomain() orchestrator.Domain[order] {
 	)}
 }
 
+// runsOf returns how often the handler of tx's span and kind ran.
+func (r *rig) runsOf(tx string, span int, kind topics.Kind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runs[fmt.Sprintf("%s/%d/%s", tx, span, kind)]
+}
+
 func (r *rig) record(s *worker.Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -119,6 +130,9 @@ func (r *rig) handler(name string) func(context.Context, *worker.Step, order) (o
 			if d := r.slowPay.Load(); d > 0 {
 				time.Sleep(time.Duration(d) * time.Millisecond)
 			}
+		}
+		if name == "charge" && s.Kind == topics.KindProcess && (r.retryCharge.Load() || (r.retryChargeOnce.Load() && s.Attempt == 1)) {
+			return in, worker.Retryable(errors.New("payment gateway timeout"))
 		}
 		if name == "ship" && s.Kind == topics.KindProcess && r.failShip.Load() {
 			return in, worker.NonRetryable(errors.New("cannot ship"))
@@ -171,9 +185,9 @@ func (r *rig) startWorker(service string) (stop func()) {
 	return stop
 }
 
-func (r *rig) startOrchestrator() (*orchestrator.Orchestrator[order], func()) {
+func (r *rig) startOrchestrator(opts ...orchestrator.Option) (*orchestrator.Orchestrator[order], func()) {
 	r.t.Helper()
-	o, err := orchestrator.New("orders", r.sagaDomain(), orchestrator.WithBrokers(r.brokers...), orchestrator.WithStore(r.store))
+	o, err := orchestrator.New("orders", r.sagaDomain(), append([]orchestrator.Option{orchestrator.WithBrokers(r.brokers...), orchestrator.WithStore(r.store)}, opts...)...)
 	if err != nil {
 		r.t.Fatal(err)
 	}

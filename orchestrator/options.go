@@ -1,12 +1,14 @@
 package orchestrator
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -35,6 +37,12 @@ type config struct {
 
 	deliveryTimeout time.Duration
 	shutdownGrace   time.Duration
+
+	recovery   recovery.Config
+	recoveryOn bool
+	retryNode  bool
+	engineOpts []recovery.Option
+	fault      func(FaultPoint, string) bool
 }
 
 func defaultConfig() config {
@@ -49,6 +57,9 @@ func defaultConfig() config {
 
 		deliveryTimeout: 30 * time.Second,
 		shutdownGrace:   15 * time.Second,
+
+		recovery:   recovery.DefaultConfig(),
+		recoveryOn: true,
 	}
 }
 
@@ -133,4 +144,72 @@ func WithDeliveryTimeout(d time.Duration) Option {
 // in flight may still publish their next commands. Default 15s.
 func WithShutdownGrace(d time.Duration) Option {
 	return optFunc(func(c *config) { c.shutdownGrace = d })
+}
+
+// WithRecovery sets the recovery configuration (see package recovery and
+// recovery.LoadConfigFile): the window interval, the per-domain retry and
+// restore delays, the retry policy per domain and endpoint, the transaction
+// lifetime. Recovery is on by default with recovery.DefaultConfig(): every
+// saga start registers a restore watchdog, every retryable failure a retry,
+// and a terminal state deletes the watchdog. Retry policies are looked up by
+// the domain name and the endpoint as "service/endpoint".
+func WithRecovery(cfg recovery.Config) Option {
+	return optFunc(func(c *config) { c.recovery, c.recoveryOn = cfg, true })
+}
+
+// WithoutRecovery turns the recovery directory off: no watchdogs and no
+// retry registrations are written, and sagas parked in RETRY_PENDING or
+// stranded in flight wait for Redrive or Restore. It saves the two
+// statements per saga that the watchdog costs.
+func WithoutRecovery() Option {
+	return optFunc(func(c *config) { c.recoveryOn = false })
+}
+
+// WithRetryNode makes the orchestrator a retry node as well as a standard
+// node: Run also runs a recovery.Engine over the orchestrator's scope that
+// re-drives, once their windows are sealed, the sagas registered for a
+// retry and those whose restore watchdog fired while still unfinished.
+// opts configure the engine (recovery.WithRanges for the token range the
+// node scans — the whole ring by default, recovery.WithScanEvery,
+// recovery.WithLogger); the clock is the orchestrator's. Run at least one
+// retry node per service, or nothing heals on its own.
+func WithRetryNode(opts ...recovery.Option) Option {
+	return optFunc(func(c *config) { c.retryNode = true; c.engineOpts = append(c.engineOpts, opts...) })
+}
+
+// FaultPoint names a point where WithFaultInjection can make the
+// orchestrator abandon a saga.
+type FaultPoint int
+
+const (
+	// FaultAfterCreate: the saga is persisted but its first command is
+	// never published.
+	FaultAfterCreate FaultPoint = iota + 1
+	// FaultBeforePublish: a reply is applied and the saga persisted as
+	// waiting for its next step, whose command is never published.
+	FaultBeforePublish
+	// FaultBeforePublishRevert: the same in compensation.
+	FaultBeforePublishRevert
+)
+
+// String names the point.
+func (p FaultPoint) String() string {
+	switch p {
+	case FaultAfterCreate:
+		return "after-create"
+	case FaultBeforePublish:
+		return "before-publish"
+	case FaultBeforePublishRevert:
+		return "before-publish-revert"
+	}
+	return fmt.Sprintf("FaultPoint(%d)", int(p))
+}
+
+// WithFaultInjection is for tests and demos of recovery: at each point,
+// when f returns true for the saga, the orchestrator abandons it there with
+// no cleanup, as if its process had died at that instant, and goes on with
+// the other sagas. The restore watchdog (or Restore) is what brings such a
+// saga back.
+func WithFaultInjection(f func(p FaultPoint, txID string) bool) Option {
+	return optFunc(func(c *config) { c.fault = f })
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
+	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -73,6 +74,15 @@ type Orchestrator[T any] struct {
 
 	stats counters
 
+	// rec registers watchdogs and retries (nil: WithoutRecovery); engine
+	// is the retry node's engine (nil unless WithRetryNode); restoreAfter
+	// is how long a saga may go without a transition before a restore
+	// pickup re-sends its step.
+	rec          *recovery.Writer
+	engine       *recovery.Engine
+	restoreAfter time.Duration
+	redriver     recovery.Redriver
+
 	mu        sync.Mutex // guards closed, cancelRun
 	closed    bool
 	started   atomic.Bool
@@ -86,6 +96,7 @@ type Orchestrator[T any] struct {
 type counters struct {
 	started, replies, stale, foreign, commands, deadLettered atomic.Int64
 	completed, compensated, compensationFailed               atomic.Int64
+	retried, restored, disabled, exhausted, abandoned        atomic.Int64
 }
 
 // Stats is a snapshot of an orchestrator's counters.
@@ -99,6 +110,13 @@ type Stats struct {
 	Completed          int64
 	Compensated        int64
 	CompensationFailed int64
+	// Retried counts sagas re-driven from RETRY_PENDING (Redrive, by
+	// hand or by the retry node); Restored the steps re-sent by restore
+	// pickups and Restore; Disabled the sagas frozen as DISABLED for
+	// outliving their lifetime; Exhausted the steps that failed after their
+	// retry policy's last attempt; Abandoned the sagas dropped by
+	// WithFaultInjection.
+	Retried, Restored, Disabled, Exhausted, Abandoned int64
 }
 
 // New returns an orchestrator for domain, embedded in service. It validates
@@ -173,6 +191,17 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		o.store = memory.New(memory.WithClock(cfg.now))
 		o.cfg.ownStore = true
 	}
+	o.redriver = &entryRedriver{o.redriveEntry} // a pointer: comparable in the mux
+	if err := o.initRecovery(); err != nil {
+		o.prod.Close()
+		if o.cfg.ownStore {
+			_ = o.store.Close()
+		}
+		return nil, err
+	}
+	// Any retry node of the scope running in this process can hand this
+	// domain's directory entries to o.
+	muxFor(o.scope).register(o.domain.Name, o.redriver)
 	return o, nil
 }
 
@@ -209,6 +238,8 @@ func (o *Orchestrator[T]) Stats() Stats {
 		Commands: c.commands.Load(), DeadLettered: c.deadLettered.Load(),
 		Completed: c.completed.Load(), Compensated: c.compensated.Load(),
 		CompensationFailed: c.compensationFailed.Load(),
+		Retried:            c.retried.Load(), Restored: c.restored.Load(), Disabled: c.disabled.Load(),
+		Exhausted: c.exhausted.Load(), Abandoned: c.abandoned.Load(),
 	}
 }
 
@@ -267,6 +298,14 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 		context.AfterFunc(pctx, func() { t.Stop() })
 	})
 	defer stopGrace()
+	if o.engine != nil {
+		engineDone := make(chan struct{})
+		go func() {
+			defer close(engineDone)
+			_ = o.engine.Run(ctx)
+		}()
+		defer func() { <-engineDone }()
+	}
 	o.runOnce.Do(func() { close(o.running) })
 	err = kafkaloop.Run(ctx, cons, func(_ context.Context, r *kgo.Record) error {
 		err := o.handleRecord(pctx, r)
@@ -311,6 +350,7 @@ func (o *Orchestrator[T]) releaseAll() {
 		o.mu.Lock()
 		o.closed = true
 		o.mu.Unlock()
+		muxFor(o.scope).unregister(o.domain.Name, o.redriver)
 		o.prod.Close()
 		if o.cfg.ownStore {
 			_ = o.store.Close()
@@ -408,6 +448,15 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 	default:
 		tx.State, tx.Error = eventstore.StateCompensated, d.reason
 	}
+	if d.kind == decideSend && o.rec != nil {
+		// The watchdog exists before the saga can be stranded: if this
+		// process dies anywhere after the create, a retry node finds it.
+		path, err := o.rec.RegisterRestore(ctx, o.scope, txID, o.domain.Name)
+		if err != nil {
+			return "", fmt.Errorf("orchestrator: register restore watchdog: %w", err)
+		}
+		tx.RestorePath = &path
+	}
 	// No lock: the saga is persisted before its first command exists, so
 	// no reply can race with this.
 	if err := o.store.CreateTransaction(ctx, tx, nil); err != nil {
@@ -417,6 +466,9 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 	o.emit(Event{TxID: txID, Domain: o.domain.Name, To: tx.State, At: now})
 	if d.kind != decideSend {
 		o.countTerminal(tx.State)
+		return txID, nil
+	}
+	if o.faultAt(FaultAfterCreate, txID) {
 		return txID, nil
 	}
 	if err := o.publish(ctx, &tx, d.step); err != nil {
@@ -448,6 +500,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 		return err
 	}
 	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
+	o.registerRetry(pctx, &cur)
 	return fmt.Errorf("%w (saga %s parked in RETRY_PENDING)", err, tx.TxID)
 }
 
@@ -509,6 +562,7 @@ func (o *Orchestrator[T]) Restore(ctx context.Context, txID string) error {
 	if err := o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}); err != nil {
 		return fmt.Errorf("orchestrator: restore %s: %w", txID, err)
 	}
+	o.stats.restored.Add(1)
 	return nil
 }
 
@@ -537,6 +591,7 @@ func (o *Orchestrator[T]) prepareRedrive(ctx context.Context, txID string) (even
 	if err := o.store.Transition(ctx, tx, nil); err != nil {
 		return tx, fmt.Errorf("orchestrator: redrive %s: %w", txID, err)
 	}
+	o.stats.retried.Add(1)
 	o.emit(Event{TxID: txID, Domain: o.domain.Name, From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt})
 	return tx, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -107,7 +108,25 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 		return o.next(ctx, tx, o.domain.OnNext, last, tryout, from)
 	case topics.OutcomeRetryable:
 		tx.Error = env.Error
-		return o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last)
+		if pol := o.retryPolicy(tx); pol.Exhausted(tx.Attempt) {
+			// The retry policy's last attempt failed: a forward step
+			// fails for good and compensates; a compensation ends
+			// COMPENSATION_FAILED.
+			o.stats.exhausted.Add(1)
+			tx.Error = fmt.Sprintf("retries exhausted after %d attempts: %s", tx.Attempt, env.Error)
+			if !forward {
+				return o.terminate(ctx, tx, tryout, from, last)
+			}
+			if err := o.persist(ctx, tx, eventstore.StateFailed, tryout, from, last); err != nil {
+				return err
+			}
+			return o.compensate(ctx, tx, tx.Span, last)
+		}
+		if err := o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last); err != nil {
+			return err
+		}
+		o.registerRetry(ctx, tx)
+		return nil
 	default: // non-retryable
 		tx.Error = env.Error
 		if !forward {
@@ -242,6 +261,15 @@ func compensable(tx *eventstore.Transaction, span int, endpoint string) bool {
 // the transition to state. See handleRecord for why this order is safe.
 func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Transaction, step Step, state eventstore.State, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
 	tx.UpdatedAt = o.cfg.now()
+	point := FaultBeforePublish
+	if state == eventstore.StateCompensating {
+		point = FaultBeforePublishRevert
+	}
+	if o.faultAt(point, tx.TxID) {
+		// As if the process died after persisting and before publishing
+		// (the reply is consumed; only the watchdog can bring it back).
+		return o.persist(ctx, tx, state, tryout, from, last)
+	}
 	if err := o.publish(ctx, tx, step); err != nil {
 		if !topics.PermanentProduceError(err) {
 			return err // retried with the reply
@@ -251,7 +279,11 @@ func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Tra
 		// engine can see and re-drive it, instead of retrying for ever and
 		// stalling every saga behind it.
 		tx.Error = err.Error()
-		return o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last)
+		if err := o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last); err != nil {
+			return err
+		}
+		o.registerRetry(ctx, tx)
+		return nil
 	}
 	return o.persist(ctx, tx, state, tryout, from, last)
 }
@@ -290,32 +322,54 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 		ev.Outcome, ev.Error = last.Outcome, last.Error
 	}
 	if state.Terminal() {
-		o.dropMarkers(ctx, tx.TxID)
+		o.cleanUp(ctx, tx)
 	}
 	o.emit(ev)
 	o.countTerminal(state)
 	return nil
 }
 
-// dropMarkers removes the saga's execution markers with one partition
-// delete once it is terminal. A failure is logged, not returned: the saga's
-// state is already durable, and retrying the reply would find it stale.
-func (o *Orchestrator[T]) dropMarkers(ctx context.Context, txID string) {
+// cleanUp runs once a saga is terminal: it removes the saga's execution
+// markers with one partition delete and, concurrently, its restore
+// watchdog. A failure is logged, not returned: the saga's state is already
+// durable, and retrying the reply would find it stale (a watchdog left
+// behind is dropped by its pickup, which finds the saga terminal).
+func (o *Orchestrator[T]) cleanUp(ctx context.Context, tx *eventstore.Transaction) {
 	// The saga's end is durable: finish the cleanup even if shutdown has
 	// begun, within bounds.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	var wg sync.WaitGroup
+	if p := tx.RestorePath; p != nil {
+		path, txID := *p, tx.TxID
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.bounded(ctx, "delete the restore watchdog of", txID, func() error {
+				return o.store.DeleteRecoveryEntry(ctx, o.scope, path, txID)
+			})
+		}()
+	}
+	o.bounded(ctx, "delete the execution markers of", tx.TxID, func() error {
+		return o.store.DeleteMarkers(ctx, o.scope, tx.TxID)
+	})
+	wg.Wait()
+}
+
+// bounded tries f up to four times with backoff within ctx, and logs the
+// last error.
+func (o *Orchestrator[T]) bounded(ctx context.Context, what, txID string, f func() error) {
 	var err error
-retry:
 	for i := range 4 {
-		if err = o.store.DeleteMarkers(ctx, o.scope, txID); err == nil {
+		if err = f(); err == nil {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			break retry
+			o.logger().Warn("orchestrator: could not "+what+" a finished saga", "tx", txID, "err", err)
+			return
 		case <-time.After(time.Duration(50<<i) * time.Millisecond):
 		}
 	}
-	o.logger().Warn("orchestrator: could not delete execution markers of a finished saga", "tx", txID, "err", err)
+	o.logger().Warn("orchestrator: could not "+what+" a finished saga", "tx", txID, "err", err)
 }

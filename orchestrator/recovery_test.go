@@ -1,0 +1,338 @@
+package orchestrator_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/recovery"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// fakeClock is the orchestrator's (and so the recovery engine's) clock in
+// the recovery tests: windows seal when the test advances it, not after
+// real minutes.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Now().UTC()} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// recoveryCfg is the default recovery configuration (1-minute windows)
+// with a short restore delay, so that a test advances the clock by minutes.
+func recoveryCfg(t *testing.T) recovery.Config {
+	t.Helper()
+	cfg := recovery.DefaultConfig()
+	cfg.Restore.DefaultDelayWindows = 5
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// scanUntil advances the clock by step and runs the retry node's scan until
+// every saga of ids is terminal (or in one of the extra states), or fails.
+func scanUntil(t *testing.T, o *orchestrator.Orchestrator[order], clock *fakeClock, step time.Duration, ids []string, extra ...eventstore.State) map[string]eventstore.State {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		clock.advance(step)
+		if _, err := o.RecoveryEngine().Scan(context.Background()); err != nil {
+			t.Logf("scan: %v", err)
+		}
+		got := map[string]eventstore.State{}
+		done := true
+		// Replies to what the scan re-sent arrive asynchronously.
+		for wait := time.Now().Add(3 * time.Second); time.Now().Before(wait); time.Sleep(50 * time.Millisecond) {
+			done = true
+			for _, id := range ids {
+				s, err := o.Get(context.Background(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[id] = s.State
+				ok := s.State.Terminal()
+				for _, e := range extra {
+					ok = ok || s.State == e
+				}
+				done = done && ok
+			}
+			if done {
+				return got
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sagas not settled after scans: %v", got)
+		}
+	}
+}
+
+// A step failing retryably parks its saga; the retry node re-drives it in
+// the sealed retry window, and it completes. The retried step ran twice
+// (the failed attempt and the good one), every other step once.
+func TestRecoveryRetriesTransientFailures(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.retryChargeOnce.Store(true)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
+		ids := startConcurrently(t, o, 20)
+		waitFor(t, time.Minute, "every saga parked", func() bool {
+			for _, id := range ids {
+				if s, _ := o.Get(context.Background(), id); s.State != eventstore.StateRetryPending {
+					return false
+				}
+			}
+			return true
+		})
+		expectAll(t, scanUntil(t, o, clock, time.Minute, ids), eventstore.StateCompleted)
+		for _, id := range ids {
+			if n := r.runsOf(id, 1, topics.KindProcess); n != 2 {
+				t.Errorf("%s: charge ran %d times, want 2 (one retryable failure, one success)", id, n)
+			}
+			if a, b := r.runsOf(id, 0, topics.KindProcess), r.runsOf(id, 2, topics.KindProcess); a != 1 || b != 1 {
+				t.Errorf("%s: reserve ran %d times, ship %d, want 1 and 1", id, a, b)
+			}
+			h, err := o.History(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h[1].Attempt != 1 || h[1].Outcome != string(topics.OutcomeRetryable) || h[2].Attempt != 2 || h[2].Outcome != string(topics.OutcomeOK) {
+				t.Errorf("%s: history does not show the retry: %+v", id, h[1:3])
+			}
+		}
+		if st := o.Stats(); st.Retried != int64(len(ids)) {
+			t.Errorf("Retried = %d, want %d", st.Retried, len(ids))
+		}
+		assertDirectoryDrained(t, r.store, o, clock)
+	})
+}
+
+// assertDirectoryDrained checks that no tier-5 row is left in any sealed
+// window of the orchestrator's scope (every watchdog of a finished saga was
+// deleted, every fired bucket dropped). Windows not sealed yet may hold the
+// watchdogs re-armed by restore pickups: they fire later and are dropped
+// then.
+func assertDirectoryDrained(t *testing.T, store eventstore.Store, o *orchestrator.Orchestrator[order], clock *fakeClock) {
+	t.Helper()
+	ctx := context.Background()
+	now := clock.now()
+	days, err := store.ListDays(ctx, o.Scope(), now.AddDate(0, 0, -3), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, day := range days {
+		mins, err := store.ListWindows(ctx, o.Scope(), day)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mins {
+			if !o.RecoveryEngine().Windows().FromSlot(day, m).Sealed(now) {
+				continue
+			}
+			insts, err := store.ListInstances(ctx, o.Scope(), day, m, eventstore.FullRing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, in := range insts {
+				buckets, err := store.ListBuckets(ctx, o.Scope(), day, m, in.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, b := range buckets {
+					es, err := store.ListRecoveryEntries(ctx, o.Scope(), eventstore.RecoveryPath{Day: day, MinuteOfDay: m, InstanceID: in.ID, Bucket: b}, "", 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range es {
+						t.Errorf("directory row left: %s window %d bucket %d tx %s", day.Format("2006-01-02"), m, b, e.TxID)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Sagas abandoned by a dying orchestrator at each point (after the create,
+// after a reply was persisted but before the next command was published,
+// in the middle of compensation) are restored by their watchdog and end
+// right, with no business step run twice.
+func TestRecoveryRestoresAbandonedSagas(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.failShip.Store(true) // every saga compensates: the revert point is reached
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		// Every saga passes the points in order (create, then a forward
+		// publish, then a revert publish); the first four at each point
+		// that are still alive are abandoned there.
+		var mu sync.Mutex
+		abandoned := map[string]orchestrator.FaultPoint{}
+		perPoint := map[orchestrator.FaultPoint]int{}
+		fault := func(p orchestrator.FaultPoint, txID string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if _, done := abandoned[txID]; done || perPoint[p] == 4 {
+				return false
+			}
+			perPoint[p]++
+			abandoned[txID] = p
+			return true
+		}
+		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)),
+			orchestrator.WithRetryNode(), orchestrator.WithFaultInjection(fault))
+		all := startN(t, o, 12)
+		// Let everything that was not abandoned finish first.
+		waitFor(t, time.Minute, "the abandoned sagas to be the only unfinished ones", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(abandoned) == len(all)
+		})
+		expectAll(t, scanUntil(t, o, clock, 2*time.Minute, all), eventstore.StateCompensated)
+		for _, tx := range all {
+			for span := range 3 {
+				if n := r.runsOf(tx, span, topics.KindProcess); n != 1 {
+					t.Errorf("%s (%s): span %d ran %d times", tx, abandoned[tx], span, n)
+				}
+			}
+			for span := range 2 {
+				if n := r.runsOf(tx, span, topics.KindRevert); n != 1 {
+					t.Errorf("%s (%s): revert %d ran %d times", tx, abandoned[tx], span, n)
+				}
+			}
+		}
+		if st := o.Stats(); st.Abandoned != int64(len(all)) || st.Restored < int64(len(all)) {
+			t.Errorf("stats %+v: want %d abandoned and restored", st, len(all))
+		}
+		assertDirectoryDrained(t, r.store, o, clock)
+	})
+}
+
+// A completed saga's watchdog row is deleted at once; a watchdog that fires
+// for a completed saga (here: registered again by hand) is dropped and
+// re-drives nothing.
+func TestRecoveryWatchdogOfCompletedSaga(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
+		ids := startConcurrently(t, o, 5)
+		expectAll(t, waitTerminal(t, o, ids, time.Minute), eventstore.StateCompleted)
+		ctx := context.Background()
+		for _, id := range ids {
+			s, err := r.store.LoadTransaction(ctx, o.Scope(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.RestorePath == nil {
+				t.Fatalf("%s has no watchdog path", id)
+			}
+			if es, _ := r.store.ListRecoveryEntries(ctx, o.Scope(), *s.RestorePath, "", 0); len(es) != 0 {
+				t.Errorf("%s: the completed saga's watchdog is still there: %+v", id, es)
+			}
+		}
+		// A stale watchdog of a completed saga fires.
+		if _, err := o.RecoveryWriter().RegisterRestore(ctx, o.Scope(), ids[0], r.domain); err != nil {
+			t.Fatal(err)
+		}
+		before := o.Stats().Commands
+		clock.advance(10 * time.Minute)
+		if _, err := o.RecoveryEngine().Scan(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st := o.Stats(); st.Commands != before || st.Restored != 0 {
+			t.Errorf("the pickup of a completed saga re-drove something: %+v", st)
+		}
+		assertDirectoryDrained(t, r.store, o, clock)
+	})
+}
+
+// A step that keeps failing retryably is retried up to its policy's
+// attempts, then fails for good and the saga compensates.
+func TestRecoveryExhaustedRetriesCompensate(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.retryCharge.Store(true)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		cfg := recoveryCfg(t)
+		cfg.Retry.Default.MaxAttempts = 3
+		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg), orchestrator.WithRetryNode())
+		ids := startConcurrently(t, o, 4)
+		expectAll(t, scanUntil(t, o, clock, 3*time.Minute, ids), eventstore.StateCompensated)
+		for _, id := range ids {
+			if n := r.runsOf(id, 1, topics.KindProcess); n != 3 {
+				t.Errorf("%s: charge tried %d times, want 3", id, n)
+			}
+			r.mu.Lock()
+			got := r.reverts[id]
+			r.mu.Unlock()
+			if len(got) != 1 || got[0] != "reserve" {
+				t.Errorf("%s: compensations %v, want [reserve]", id, got)
+			}
+			s, _ := o.Get(context.Background(), id)
+			if !strings.Contains(s.Error, "retries exhausted after 3 attempts") {
+				t.Errorf("%s: error %q", id, s.Error)
+			}
+		}
+		if st := o.Stats(); st.Exhausted != int64(len(ids)) {
+			t.Errorf("Exhausted = %d, want %d", st.Exhausted, len(ids))
+		}
+	})
+}
+
+// A saga still parked when its transaction lifetime ends is frozen as
+// DISABLED, not re-driven.
+func TestRecoveryLifetimeDisables(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.retryCharge.Store(true)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		cfg := recoveryCfg(t)
+		cfg.TransactionLifetime = time.Hour
+		cfg.Retry.Default.DelayWindows, cfg.Retry.Default.MaxDelayWindows, cfg.Retry.Default.Jitter = 30, 30, 0
+		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg), orchestrator.WithRetryNode())
+		ids := startConcurrently(t, o, 3)
+		got := scanUntil(t, o, clock, 20*time.Minute+time.Duration(rand.IntN(60))*time.Second, ids, eventstore.StateDisabled)
+		expectAll(t, got, eventstore.StateDisabled)
+		ctx := context.Background()
+		for _, id := range ids {
+			f, err := r.store.GetFrozen(ctx, o.Scope(), id)
+			if err != nil {
+				t.Fatalf("%s not in the frozen table: %v", id, err)
+			}
+			if !strings.Contains(f.Reason, "transaction lifetime") {
+				t.Errorf("%s: reason %q", id, f.Reason)
+			}
+		}
+		if st := o.Stats(); st.Disabled != int64(len(ids)) {
+			t.Errorf("Disabled = %d, want %d", st.Disabled, len(ids))
+		}
+	})
+}
