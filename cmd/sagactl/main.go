@@ -1,9 +1,14 @@
-// Command sagactl administers StackSaga's Cassandra event store.
+// Command sagactl administers StackSaga's Cassandra event store: its
+// schema, and the sagas that need an operator (parked, disabled,
+// terminated).
 //
 //	sagactl schema print [--keyspace ks] [--replication spec] [--config file]
 //	sagactl schema apply [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
 //	                     [--local-datacenter dc] [--username u] [--password p]
 //	                     [--config file] [--timeout 2m]
+//	sagactl list retry-pending|frozen|disabled|terminated [--limit 50] [--after TXID | --page P]
+//	sagactl show TXID
+//	sagactl restore TXID | --all-disabled
 //
 // print writes the schema script (the keyspace and the 9 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
@@ -12,6 +17,14 @@
 // stacksaga.cassandra section of --config (if given), then the
 // STACKSAGA_CASSANDRA_* environment variables, then the flags; the rest
 // are the defaults of eventstore/cassandra.Config.
+//
+// list, show and restore work on the sagas of one service (--service,
+// --region, --cluster) through the store alone, with the connection flags
+// of schema apply and --json for one JSON document on stdout. list pages
+// newest first; restore hands a DISABLED, COMPENSATION_FAILED or
+// RETRY_PENDING saga back to the retry nodes (recovery.Restore). Exit
+// codes: 0 done, 1 runtime error, 2 usage error, 3 saga not found, 4 saga
+// not restorable. `sagactl list -h` prints the whole usage.
 package main
 
 import (
@@ -36,15 +49,33 @@ const usage = `usage:
   sagactl schema apply [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
                        [--local-datacenter dc] [--username u] [--password p]
                        [--config file] [--timeout 2m]
+  sagactl list retry-pending|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
+  sagactl show TXID [flags]
+  sagactl restore TXID | --all-disabled [flags]
+(sagactl list -h: the flags and exit codes of list, show and restore)
 `
 
 // run is main without the process: it returns the exit code (0 ok, 1
-// failure, 2 usage).
+// failure, 2 usage, 3 not found, 4 not restorable).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "-h", "-help", "--help", "help":
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		case "list", "show", "restore":
+			return runAdmin(ctx, args[0], args[1:], stdout, stderr)
+		}
+	}
 	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply") {
 		fmt.Fprint(stderr, usage)
-		return 2
+		return exitUsage
 	}
+	return runSchema(ctx, args, stdout, stderr)
+}
+
+// runSchema runs schema print and schema apply.
+func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	apply := args[1] == "apply"
 	fs := flag.NewFlagSet("sagactl schema "+args[1], flag.ContinueOnError)
 	fs.SetOutput(stderr)

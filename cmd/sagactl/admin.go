@@ -1,0 +1,886 @@
+package main
+
+// The admin commands: list, show, restore.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
+	"github.com/stacksaga-go/stacksaga/recovery"
+)
+
+// Exit codes.
+const (
+	exitOK              = 0
+	exitFailure         = 1 // the store is unreachable, a query failed, the configuration is invalid
+	exitUsage           = 2
+	exitNotFound        = 3
+	exitNotRestorable   = 4
+	defaultListLimit    = 50
+	defaultAdminTimeout = 2 * time.Minute
+)
+
+// Environment variables of the scope (stacksaga.instance.* in the YAML).
+const (
+	envRegion  = "STACKSAGA_INSTANCE_REGION"
+	envCluster = "STACKSAGA_INSTANCE_CLUSTER"
+	envService = "STACKSAGA_INSTANCE_SERVICE"
+)
+
+// now is the clock of the admin commands (tests replace it).
+var now = func() time.Time { return time.Now().UTC() }
+
+const adminUsage = `usage:
+  sagactl list retry-pending|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
+  sagactl show TXID [flags]
+  sagactl restore TXID [flags]
+  sagactl restore --all-disabled [flags]
+
+list prints the sagas of one service, newest first (transaction ids made
+by the orchestrator sort by creation time), with state, step, age and
+reason:
+  retry-pending  sagas parked in RETRY_PENDING with a retry registered: found
+                 by walking the recovery directory's retry buckets (today -
+                 lookback-days up to the farthest retry window), not by a
+                 table scan; a RETRY_PENDING saga without a retry entry is
+                 picked up by its restore watchdog instead
+  frozen         every saga of the frozen table (es_frozen_transaction)
+  disabled       frozen sagas now DISABLED (outlived transaction-lifetime)
+  terminated     frozen sagas now COMPENSATION_FAILED
+  Pages hold --limit sagas (default 50); the table ends with the --after
+  cursor of the next page when there is one; --page P is page P (from 1).
+
+show prints one saga (state, step, error, lifetime, watchdog, frozen copy)
+and its whole history: index, span, kind, endpoint, attempt, outcome, error,
+started, duration.
+
+restore makes a saga run again through the retry nodes (it sends nothing
+itself): a DISABLED saga's lifetime restarts now; a DISABLED or
+COMPENSATION_FAILED saga becomes RETRY_PENDING at its current step (a failed
+compensation stays a compensation) with a new restore watchdog and leaves the
+frozen table; then a retry is registered in the next window, so the next
+retry-node pass after it sends the step again with attempt+1. A RETRY_PENDING
+saga only gets a retry registered. --all-disabled restores every DISABLED
+saga of the service. What was done is printed per saga.
+
+flags (every command):
+  --service NAME        the orchestrating service (required; env
+                        STACKSAGA_INSTANCE_SERVICE, yaml stacksaga.instance.service)
+  --region NAME         region (default "default"; env STACKSAGA_INSTANCE_REGION,
+                        yaml stacksaga.instance.region)
+  --cluster NAME        virtual cluster (default "default"; env
+                        STACKSAGA_INSTANCE_CLUSTER, yaml stacksaga.instance.cluster)
+  --config FILE         the services' YAML: its stacksaga.cassandra section
+                        (connection, and recovery: window interval, lookback-days,
+                        delays, so restore registers into the retry nodes' windows)
+  --hosts H1:9042,H2    contact points (default 127.0.0.1:9042)
+  --keyspace KS         keyspace (default stacksaga_event_store)
+  --local-datacenter DC data centre (default datacenter1)
+  --username U, --password P
+  --timeout D           bound on the whole command (default 2m)
+  --json                print one JSON document on stdout instead of text
+  Values come from --config, then the environment (STACKSAGA_CASSANDRA_*,
+  STACKSAGA_INSTANCE_*), then the flags.
+
+exit codes:
+  0  done
+  1  runtime error: store unreachable, a query failed, invalid configuration
+  2  usage error
+  3  saga not found (show, restore)
+  4  saga not restorable in its state (restore)
+  restore --all-disabled exits 1 if any restore failed at run time, else 4
+  if any was not restorable, else 3 if any was gone, else 0.
+Errors go to stderr, one line each, naming what failed.
+
+examples:
+  sagactl list disabled --service order-service --config stacksaga.yaml
+  sagactl list retry-pending --service order-service --limit 20 --after <next_after>
+  sagactl show <txid> --service order-service --json
+  sagactl restore --all-disabled --service order-service --config stacksaga.yaml
+`
+
+// adminFlags are the flags of list, show and restore.
+type adminFlags struct {
+	fs                                                   *flag.FlagSet
+	config, hosts, keyspace, localDC, username, password *string
+	region, cluster, service                             *string
+	timeout                                              *time.Duration
+	json                                                 *bool
+	// list
+	limit, page *int
+	after       *string
+	// restore
+	allDisabled *bool
+}
+
+func newAdminFlags(cmd string) *adminFlags {
+	fs := flag.NewFlagSet("sagactl "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	f := &adminFlags{fs: fs}
+	f.config = fs.String("config", "", "YAML file with a stacksaga section")
+	f.hosts = fs.String("hosts", "", "contact points")
+	f.keyspace = fs.String("keyspace", "", "keyspace")
+	f.localDC = fs.String("local-datacenter", "", "local data centre")
+	f.username = fs.String("username", "", "user")
+	f.password = fs.String("password", "", "password")
+	f.region = fs.String("region", "", "region")
+	f.cluster = fs.String("cluster", "", "virtual cluster")
+	f.service = fs.String("service", "", "orchestrating service")
+	f.timeout = fs.Duration("timeout", defaultAdminTimeout, "bound on the command")
+	f.json = fs.Bool("json", false, "JSON output")
+	switch cmd {
+	case "list":
+		f.limit = fs.Int("limit", defaultListLimit, "page size")
+		f.page = fs.Int("page", 0, "page number from 1")
+		f.after = fs.String("after", "", "cursor")
+	case "restore":
+		f.allDisabled = fs.Bool("all-disabled", false, "restore every DISABLED saga")
+	}
+	return f
+}
+
+// parse parses args with flags and positional arguments in any order.
+func (f *adminFlags) parse(args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := f.fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = f.fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func (f *adminFlags) set() map[string]bool {
+	set := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	return set
+}
+
+// cli is one admin command's run.
+type cli struct {
+	stdout, stderr io.Writer
+	json           bool
+	scope          eventstore.Scope
+	store          eventstore.Store
+	rcfg           recovery.Config
+}
+
+// failf prints one error line and returns code.
+func (c *cli) failf(code int, format string, args ...any) int {
+	return failf(c.stderr, code, format, args...)
+}
+
+func failf(stderr io.Writer, code int, format string, args ...any) int {
+	msg := fmt.Sprintf(format, args...)
+	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", "; ")), " ")
+	fmt.Fprintln(stderr, "sagactl: "+msg)
+	return code
+}
+
+// runAdmin runs list, show or restore.
+func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	f := newAdminFlags(cmd)
+	pos, err := f.parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, adminUsage)
+		return exitOK
+	}
+	if err != nil {
+		return failf(stderr, exitUsage, "%s: %v (see sagactl %s -h)", cmd, err, cmd)
+	}
+	set := f.set()
+
+	// Arguments first: a usage error needs no store.
+	var what string // list: the list; show, restore: the TXID
+	switch cmd {
+	case "list":
+		if len(pos) != 1 {
+			return failf(stderr, exitUsage, "list: want one of retry-pending, frozen, disabled, terminated, got %q (see sagactl list -h)", pos)
+		}
+		switch pos[0] {
+		case "retry-pending", "frozen", "disabled", "terminated":
+		default:
+			return failf(stderr, exitUsage, "list: unknown list %q: want retry-pending, frozen, disabled or terminated", pos[0])
+		}
+		if *f.limit < 1 {
+			return failf(stderr, exitUsage, "list: --limit %d: want at least 1", *f.limit)
+		}
+		if set["page"] && *f.page < 1 {
+			return failf(stderr, exitUsage, "list: --page %d: pages count from 1", *f.page)
+		}
+		if set["page"] && set["after"] {
+			return failf(stderr, exitUsage, "list: --page and --after exclude each other")
+		}
+		what = pos[0]
+	case "show":
+		if len(pos) != 1 || pos[0] == "" {
+			return failf(stderr, exitUsage, "show: want one TXID, got %q (see sagactl show -h)", pos)
+		}
+		what = pos[0]
+	case "restore":
+		switch {
+		case *f.allDisabled && len(pos) > 0:
+			return failf(stderr, exitUsage, "restore: give a TXID or --all-disabled, not both")
+		case !*f.allDisabled && (len(pos) != 1 || pos[0] == ""):
+			return failf(stderr, exitUsage, "restore: want one TXID or --all-disabled, got %q (see sagactl restore -h)", pos)
+		case len(pos) == 1:
+			what = pos[0]
+		}
+	}
+	if *f.timeout <= 0 {
+		return failf(stderr, exitUsage, "%s: --timeout %v: want a positive duration", cmd, *f.timeout)
+	}
+
+	c := &cli{stdout: stdout, stderr: stderr, json: *f.json}
+	var data []byte
+	if *f.config != "" {
+		if data, err = os.ReadFile(*f.config); err != nil {
+			return c.failf(exitFailure, "read configuration: %v", err)
+		}
+	}
+	scope, err := resolveScope(f, set, data)
+	if err != nil {
+		return c.failf(exitUsage, "%v", err)
+	}
+	c.scope = scope
+	ccfg, err := cassandraConfig(f, set)
+	if err != nil {
+		return c.failf(exitFailure, "%v", err)
+	}
+	if *f.config != "" {
+		c.rcfg, err = recovery.LoadConfigFile(*f.config)
+	} else {
+		c.rcfg, err = recovery.LoadConfig(nil)
+	}
+	if err != nil {
+		return c.failf(exitFailure, "%v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
+	defer cancel()
+	store, err := cassandra.New(ctx, ccfg, cassandra.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return c.failf(exitFailure, "open the event store (%s, keyspace %s): %v", strings.Join(ccfg.ContactPoints, ","), ccfg.Keyspace, err)
+	}
+	defer store.Close()
+	c.store = store
+
+	switch cmd {
+	case "list":
+		page := recovery.Page{Limit: *f.limit, After: *f.after}
+		if set["page"] {
+			page.Offset = (*f.page - 1) * *f.limit
+		}
+		return c.list(ctx, what, page)
+	case "show":
+		return c.show(ctx, what)
+	default:
+		if *f.allDisabled {
+			return c.restoreAllDisabled(ctx)
+		}
+		return c.restore(ctx, what)
+	}
+}
+
+// resolveScope takes each part of the scope from its flag, its variable,
+// the YAML's stacksaga.instance section, then the default.
+func resolveScope(f *adminFlags, set map[string]bool, yamlData []byte) (eventstore.Scope, error) {
+	var doc struct {
+		Stacksaga struct {
+			Instance struct {
+				Region  string `yaml:"region"`
+				Cluster string `yaml:"cluster"`
+				Service string `yaml:"service"`
+			} `yaml:"instance"`
+		} `yaml:"stacksaga"`
+	}
+	if err := yamlconfig.Decode(yamlData, &doc); err != nil {
+		return eventstore.Scope{}, fmt.Errorf("%s: %w", *f.config, err)
+	}
+	in := doc.Stacksaga.Instance
+	env := yamlconfig.Env(os.LookupEnv)
+	pick := func(flagName string, flagVal *string, envName, yamlVal, def string) string {
+		if set[flagName] {
+			return strings.TrimSpace(*flagVal)
+		}
+		if v, ok := env(envName); ok {
+			return v
+		}
+		if v := strings.TrimSpace(yamlVal); v != "" {
+			return v
+		}
+		return def
+	}
+	s := eventstore.Scope{
+		Region:  pick("region", f.region, envRegion, in.Region, "default"),
+		Cluster: pick("cluster", f.cluster, envCluster, in.Cluster, "default"),
+		Service: pick("service", f.service, envService, in.Service, ""),
+	}
+	switch {
+	case s.Service == "":
+		return s, errors.New("no service: give --service (or STACKSAGA_INSTANCE_SERVICE, or stacksaga.instance.service in --config)")
+	case s.Region == "":
+		return s, errors.New("--region is empty")
+	case s.Cluster == "":
+		return s, errors.New("--cluster is empty")
+	}
+	return s, nil
+}
+
+// cassandraConfig is the connection configuration: --config, then the
+// environment, then the flags.
+func cassandraConfig(f *adminFlags, set map[string]bool) (cassandra.Config, error) {
+	var cfg cassandra.Config
+	var err error
+	if *f.config != "" {
+		cfg, err = cassandra.LoadConfigFile(*f.config)
+	} else {
+		cfg, err = cassandra.LoadConfig(nil)
+	}
+	if err != nil {
+		return cfg, err
+	}
+	if set["hosts"] {
+		cfg.ContactPoints = splitList(*f.hosts)
+	}
+	if set["keyspace"] {
+		cfg.Keyspace = *f.keyspace
+	}
+	if set["local-datacenter"] {
+		cfg.LocalDatacenter = *f.localDC
+	}
+	if set["username"] {
+		cfg.Username = *f.username
+	}
+	if set["password"] {
+		cfg.Password = *f.password
+	}
+	cfg.CreateSchema = false // an admin tool never changes the schema
+	return cfg, cfg.Validate()
+}
+
+// printJSON writes v as the command's one JSON document.
+func (c *cli) printJSON(v any) int {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return c.failf(exitFailure, "write JSON: %v", err)
+	}
+	return exitOK
+}
+
+func (c *cli) scopeString() string {
+	return c.scope.Region + "/" + c.scope.Cluster + "/" + c.scope.Service
+}
+
+// JSON shapes.
+
+type jsonScope struct {
+	Region  string `json:"region"`
+	Cluster string `json:"cluster"`
+	Service string `json:"service"`
+}
+
+type jsonPath struct {
+	Day      string `json:"day"`
+	Slot     int    `json:"slot"`
+	Instance string `json:"instance"`
+	Bucket   int    `json:"bucket"`
+}
+
+func toJSONPath(p eventstore.RecoveryPath) jsonPath {
+	return jsonPath{Day: p.Day.Format(time.DateOnly), Slot: p.MinuteOfDay, Instance: p.InstanceID, Bucket: p.Bucket}
+}
+
+type jsonSaga struct {
+	TxID          string    `json:"tx_id"`
+	Domain        string    `json:"domain"`
+	State         string    `json:"state"`
+	Version       int64     `json:"version"`
+	Span          int       `json:"span"`
+	Kind          string    `json:"kind"`
+	Endpoint      string    `json:"endpoint"`
+	Attempt       int       `json:"attempt"`
+	Error         string    `json:"error,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	LifetimeStart time.Time `json:"lifetime_start"`
+	AgeSeconds    int64     `json:"age_seconds"`
+	PausedUntil   time.Time `json:"paused_until,omitzero"`
+	Watchdog      *jsonPath `json:"watchdog,omitempty"`
+}
+
+func toJSONSaga(tx eventstore.Transaction, at time.Time) jsonSaga {
+	s := jsonSaga{
+		TxID: tx.TxID, Domain: tx.Domain, State: string(tx.State), Version: tx.Version,
+		Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: tx.Error,
+		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt, LifetimeStart: tx.LifetimeFrom(),
+		AgeSeconds: int64(at.Sub(tx.CreatedAt) / time.Second), PausedUntil: tx.PausedUntil,
+	}
+	if tx.RestorePath != nil {
+		p := toJSONPath(*tx.RestorePath)
+		s.Watchdog = &p
+	}
+	return s
+}
+
+type jsonPending struct {
+	jsonSaga
+	RetryDue time.Time  `json:"retry_due"`
+	Retries  []jsonPath `json:"retries"`
+}
+
+type jsonFrozen struct {
+	jsonSaga
+	FrozenState string    `json:"frozen_state"`
+	Reason      string    `json:"reason"`
+	FrozenAt    time.Time `json:"frozen_at"`
+}
+
+type jsonList struct {
+	List  string    `json:"list"`
+	Scope jsonScope `json:"scope"`
+	Limit int       `json:"limit"`
+	// Next is the --after cursor of the next page ("" on the last page).
+	Next  string `json:"next_after"`
+	Sagas any    `json:"sagas"`
+	// TotalFrozen counts the frozen table's rows (frozen lists only).
+	TotalFrozen *int `json:"total_frozen,omitempty"`
+}
+
+// list runs `sagactl list`.
+func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
+	at := now()
+	out := jsonList{List: which, Scope: jsonScope(c.scope), Limit: page.Limit}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	if which == "retry-pending" {
+		l, err := recovery.ListRetryPending(ctx, c.store, c.scope, c.rcfg, at, page)
+		if err != nil {
+			return c.failf(exitFailure, "list retry-pending in %s: %v", c.scopeString(), err)
+		}
+		out.Next = l.Next
+		sagas := []jsonPending{}
+		if !c.json && len(l.Sagas) > 0 {
+			fmt.Fprintln(tw, "TXID\tSTATE\tDOMAIN\tSTEP\tATTEMPT\tAGE\tRETRY DUE\tERROR")
+		}
+		for _, s := range l.Sagas {
+			js := jsonPending{jsonSaga: toJSONSaga(s.Transaction, at), RetryDue: s.Due, Retries: []jsonPath{}}
+			for _, p := range s.Retries {
+				js.Retries = append(js.Retries, toJSONPath(p))
+			}
+			sagas = append(sagas, js)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.TxID, s.State, s.Domain, step(s.Transaction), s.Attempt,
+				age(at.Sub(s.CreatedAt)), due(s.Due, at), oneLine(s.Error, 100))
+		}
+		out.Sagas = sagas
+	} else {
+		filter := map[string]recovery.FrozenFilter{"frozen": recovery.FrozenAll, "disabled": recovery.FrozenDisabled, "terminated": recovery.FrozenTerminated}[which]
+		l, err := recovery.ListFrozen(ctx, c.store, c.scope, filter, page)
+		if err != nil {
+			return c.failf(exitFailure, "list %s in %s: %v", which, c.scopeString(), err)
+		}
+		out.Next, out.TotalFrozen = l.Next, &l.Total
+		sagas := []jsonFrozen{}
+		if !c.json && len(l.Sagas) > 0 {
+			fmt.Fprintln(tw, "TXID\tSTATE\tDOMAIN\tSTEP\tAGE\tFROZEN\tREASON")
+		}
+		for _, s := range l.Sagas {
+			js := jsonFrozen{jsonSaga: toJSONSaga(s.Transaction, at), FrozenState: string(s.Transaction.State), Reason: s.Reason, FrozenAt: s.FrozenAt}
+			js.State = string(s.LiveState)
+			state := string(s.LiveState)
+			if state == "" {
+				state = "GONE"
+				js.State = ""
+			}
+			sagas = append(sagas, js)
+			reason := s.Reason
+			if reason == "" {
+				reason = s.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.TxID, state, s.Domain, step(s.Transaction),
+				age(at.Sub(s.CreatedAt)), age(at.Sub(s.FrozenAt))+" ago", oneLine(reason, 100))
+		}
+		out.Sagas = sagas
+	}
+	if c.json {
+		return c.printJSON(out)
+	}
+	if n := countOf(out.Sagas); n == 0 {
+		if page.After != "" || page.Offset > 0 {
+			fmt.Fprintf(c.stdout, "no more %s sagas in %s\n", which, c.scopeString())
+		} else {
+			fmt.Fprintf(c.stdout, "no %s sagas in %s\n", which, c.scopeString())
+		}
+		return exitOK
+	}
+	if err := tw.Flush(); err != nil {
+		return c.failf(exitFailure, "write: %v", err)
+	}
+	if out.Next != "" {
+		fmt.Fprintf(c.stdout, "next page: --after %s\n", out.Next)
+	}
+	return exitOK
+}
+
+func countOf(v any) int {
+	switch s := v.(type) {
+	case []jsonPending:
+		return len(s)
+	case []jsonFrozen:
+		return len(s)
+	}
+	return 0
+}
+
+// step formats a saga's current step: "span kind endpoint".
+func step(tx eventstore.Transaction) string {
+	if tx.Endpoint == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%d %s %s", tx.Span, tx.Kind, tx.Endpoint)
+}
+
+// age formats a duration for a table: 45s, 12m, 3h05m, 2d04h.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + age(-d)
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}
+
+// due formats when a retry is due relative to at.
+func due(t, at time.Time) string {
+	if !t.After(at) {
+		return "now (next scan)"
+	}
+	return "in " + age(t.Sub(at))
+}
+
+// oneLine returns the first line of s, at most n runes.
+func oneLine(s string, n int) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i] + " …"
+	}
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n-1]) + "…"
+	}
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func fmtPath(p eventstore.RecoveryPath) string {
+	return fmt.Sprintf("%s/%04d instance %s bucket %d", p.Day.Format(time.DateOnly), p.MinuteOfDay, p.InstanceID, p.Bucket)
+}
+
+type jsonTryout struct {
+	Index      int       `json:"index"`
+	Span       int       `json:"span"`
+	Kind       string    `json:"kind"`
+	Endpoint   string    `json:"endpoint"`
+	Attempt    int       `json:"attempt"`
+	Outcome    string    `json:"outcome"`
+	Error      string    `json:"error,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	DurationMS *int64    `json:"duration_ms,omitempty"`
+}
+
+type jsonShow struct {
+	Scope     jsonScope         `json:"scope"`
+	Saga      jsonSaga          `json:"saga"`
+	Completed []jsonCompleted   `json:"completed"`
+	Frozen    *jsonFrozenCopy   `json:"frozen"`
+	History   []jsonTryout      `json:"history"`
+	Hints     map[string]string `json:"hints,omitempty"`
+}
+
+type jsonCompleted struct {
+	Span        int    `json:"span"`
+	Endpoint    string `json:"endpoint"`
+	Compensable bool   `json:"compensable"`
+}
+
+type jsonFrozenCopy struct {
+	State    string    `json:"state"`
+	Reason   string    `json:"reason"`
+	FrozenAt time.Time `json:"frozen_at"`
+}
+
+// show runs `sagactl show TXID`.
+func (c *cli) show(ctx context.Context, txID string) int {
+	at := now()
+	tx, err := c.store.LoadTransaction(ctx, c.scope, txID)
+	if errors.Is(err, eventstore.ErrNotFound) {
+		return c.failf(exitNotFound, "show %s: no such saga in %s", txID, c.scopeString())
+	}
+	if err != nil {
+		return c.failf(exitFailure, "show %s: load saga: %v", txID, err)
+	}
+	tries, err := c.store.Tryouts(ctx, c.scope, txID)
+	if err != nil {
+		return c.failf(exitFailure, "show %s: load history: %v", txID, err)
+	}
+	var frozen *jsonFrozenCopy
+	switch f, err := c.store.GetFrozen(ctx, c.scope, txID); {
+	case err == nil:
+		frozen = &jsonFrozenCopy{State: string(f.State), Reason: f.Reason, FrozenAt: f.FrozenAt}
+	case !errors.Is(err, eventstore.ErrNotFound):
+		return c.failf(exitFailure, "show %s: read frozen copy: %v", txID, err)
+	}
+	out := jsonShow{Scope: jsonScope(c.scope), Saga: toJSONSaga(tx, at), Frozen: frozen, History: []jsonTryout{}, Completed: []jsonCompleted{}, Hints: tx.Hints}
+	for _, cs := range tx.Completed {
+		out.Completed = append(out.Completed, jsonCompleted(cs))
+	}
+	for _, t := range tries {
+		jt := jsonTryout{Index: t.Index, Span: t.Span, Kind: t.Kind, Endpoint: t.Endpoint, Attempt: t.Attempt,
+			Outcome: t.Outcome, Error: t.Error, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
+		if !t.StartedAt.IsZero() && !t.FinishedAt.IsZero() {
+			ms := t.FinishedAt.Sub(t.StartedAt).Milliseconds()
+			jt.DurationMS = &ms
+		}
+		out.History = append(out.History, jt)
+	}
+	if c.json {
+		return c.printJSON(out)
+	}
+
+	w := c.stdout
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "saga\t%s\n", tx.TxID)
+	fmt.Fprintf(tw, "scope\t%s\n", c.scopeString())
+	fmt.Fprintf(tw, "domain\t%s\n", tx.Domain)
+	fmt.Fprintf(tw, "state\t%s (version %d)\n", tx.State, tx.Version)
+	fmt.Fprintf(tw, "step\t%s, attempt %d\n", step(tx), tx.Attempt)
+	fmt.Fprintf(tw, "error\t%s\n", oneLine(tx.Error, 200))
+	fmt.Fprintf(tw, "created\t%s (%s ago)\n", fmtTime(tx.CreatedAt), age(at.Sub(tx.CreatedAt)))
+	fmt.Fprintf(tw, "updated\t%s (%s ago)\n", fmtTime(tx.UpdatedAt), age(at.Sub(tx.UpdatedAt)))
+	lifetime := fmtTime(tx.LifetimeFrom())
+	if expired := c.rcfg.Expired(tx.LifetimeFrom(), at); expired && !tx.State.Terminal() {
+		lifetime += fmt.Sprintf(" (outlived the %v lifetime)", c.rcfg.TransactionLifetime)
+	}
+	fmt.Fprintf(tw, "lifetime from\t%s\n", lifetime)
+	if !tx.PausedUntil.IsZero() {
+		fmt.Fprintf(tw, "paused until\t%s\n", fmtTime(tx.PausedUntil))
+	}
+	if tx.RestorePath != nil {
+		fmt.Fprintf(tw, "watchdog\t%s\n", fmtPath(*tx.RestorePath))
+	} else {
+		fmt.Fprintf(tw, "watchdog\t-\n")
+	}
+	var done []string
+	for _, cs := range tx.Completed {
+		done = append(done, fmt.Sprintf("%d %s", cs.Span, cs.Endpoint))
+	}
+	if len(done) == 0 {
+		done = []string{"-"}
+	}
+	fmt.Fprintf(tw, "completed\t%s\n", strings.Join(done, ", "))
+	if frozen != nil {
+		fmt.Fprintf(tw, "frozen\t%s as %s: %s\n", fmtTime(frozen.FrozenAt), frozen.State, oneLine(frozen.Reason, 200))
+	}
+	if err := tw.Flush(); err != nil {
+		return c.failf(exitFailure, "write: %v", err)
+	}
+	fmt.Fprintf(w, "\nhistory (%d tryouts)\n", len(tries))
+	if len(tries) == 0 {
+		return exitOK
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tSPAN\tKIND\tENDPOINT\tATTEMPT\tOUTCOME\tERROR\tSTARTED\tDURATION")
+	for _, t := range tries {
+		dur := "-"
+		if !t.StartedAt.IsZero() && !t.FinishedAt.IsZero() {
+			dur = t.FinishedAt.Sub(t.StartedAt).String()
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.Index, t.Span, t.Kind, t.Endpoint, t.Attempt,
+			t.Outcome, oneLine(t.Error, 80), fmtTime(t.StartedAt), dur)
+	}
+	if err := tw.Flush(); err != nil {
+		return c.failf(exitFailure, "write: %v", err)
+	}
+	return exitOK
+}
+
+type jsonRestore struct {
+	TxID          string    `json:"tx_id"`
+	From          string    `json:"from,omitempty"`
+	To            string    `json:"to,omitempty"`
+	Transitioned  bool      `json:"transitioned"`
+	Version       int64     `json:"version,omitempty"`
+	LifetimeStart time.Time `json:"lifetime_start,omitzero"`
+	Watchdog      *jsonPath `json:"watchdog,omitempty"`
+	Unfrozen      bool      `json:"unfrozen"`
+	Retry         *jsonPath `json:"retry,omitempty"`
+	RetryDue      time.Time `json:"retry_due,omitzero"`
+	Span          int       `json:"span"`
+	Kind          string    `json:"kind,omitempty"`
+	Endpoint      string    `json:"endpoint,omitempty"`
+	NextAttempt   int       `json:"next_attempt,omitempty"`
+	Warnings      []string  `json:"warnings,omitempty"`
+	// Error and Code are set when the restore failed (Code: the exit code
+	// it maps to).
+	Error string `json:"error,omitempty"`
+	Code  int    `json:"code,omitempty"`
+}
+
+// restoreOne restores one saga; code is its exit code.
+func (c *cli) restoreOne(ctx context.Context, w *recovery.Writer, txID string) (jsonRestore, int) {
+	res, err := recovery.Restore(ctx, c.store, w, c.scope, txID, now())
+	out := jsonRestore{TxID: txID, From: string(res.From)}
+	var code int
+	switch {
+	case err == nil:
+	case errors.Is(err, recovery.ErrNotRestorable):
+		code = exitNotRestorable
+	case errors.Is(err, eventstore.ErrNotFound) && res.From == "":
+		code = exitNotFound
+		err = fmt.Errorf("no such saga in %s", c.scopeString())
+	default:
+		code = exitFailure
+	}
+	if err != nil {
+		out.Error, out.Code = fmt.Sprintf("restore %s: %v", txID, err), code
+		return out, code
+	}
+	out.To, out.Transitioned, out.Unfrozen, out.Warnings = string(res.To), res.Transitioned, res.Unfrozen, res.Warnings
+	out.LifetimeStart, out.RetryDue = res.LifetimeStart, res.RetryDue
+	if res.Transitioned {
+		out.Version = res.Version
+	}
+	if res.Watchdog != nil {
+		p := toJSONPath(*res.Watchdog)
+		out.Watchdog = &p
+	}
+	rp := toJSONPath(res.Retry)
+	out.Retry = &rp
+	out.Span, out.Kind, out.Endpoint, out.NextAttempt = res.Span, res.Kind, res.Endpoint, res.Attempt+1
+	return out, exitOK
+}
+
+// printRestore prints what restoreOne did, in text.
+func (c *cli) printRestore(r jsonRestore) {
+	w := c.stdout
+	if r.Transitioned {
+		fmt.Fprintf(w, "restored %s: %s -> %s (version %d)\n", r.TxID, r.From, r.To, r.Version)
+		fmt.Fprintf(w, "  lifetime restarts at %s\n", fmtTime(r.LifetimeStart))
+		if r.Watchdog != nil {
+			fmt.Fprintf(w, "  new restore watchdog: %s/%04d instance %s bucket %d\n", r.Watchdog.Day, r.Watchdog.Slot, r.Watchdog.Instance, r.Watchdog.Bucket)
+		}
+	} else {
+		fmt.Fprintf(w, "restored %s: already %s, retry registered\n", r.TxID, r.From)
+	}
+	if r.Unfrozen {
+		fmt.Fprintf(w, "  removed from the frozen table\n")
+	}
+	fmt.Fprintf(w, "  retry registered: %s/%04d instance %s bucket %d, due %s\n", r.Retry.Day, r.Retry.Slot, r.Retry.Instance, r.Retry.Bucket, fmtTime(r.RetryDue))
+	fmt.Fprintf(w, "  the next retry-node pass after that sends span %d %s %s again with attempt %d\n", r.Span, r.Kind, r.Endpoint, r.NextAttempt)
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", warn)
+	}
+}
+
+func (c *cli) writer() (*recovery.Writer, error) {
+	return recovery.NewWriter(c.store, c.rcfg, recovery.WithClock(now), recovery.WithLogger(slog.New(slog.DiscardHandler)))
+}
+
+// restore runs `sagactl restore TXID`.
+func (c *cli) restore(ctx context.Context, txID string) int {
+	w, err := c.writer()
+	if err != nil {
+		return c.failf(exitFailure, "restore %s: %v", txID, err)
+	}
+	r, code := c.restoreOne(ctx, w, txID)
+	if code != exitOK {
+		return c.failf(code, "%s", r.Error)
+	}
+	if c.json {
+		return c.printJSON(r)
+	}
+	c.printRestore(r)
+	return exitOK
+}
+
+type jsonRestoreAll struct {
+	Scope    jsonScope     `json:"scope"`
+	Disabled int           `json:"disabled"`
+	Restored int           `json:"restored"`
+	Failed   int           `json:"failed"`
+	Results  []jsonRestore `json:"results"`
+}
+
+// restoreAllDisabled runs `sagactl restore --all-disabled`.
+func (c *cli) restoreAllDisabled(ctx context.Context) int {
+	w, err := c.writer()
+	if err != nil {
+		return c.failf(exitFailure, "restore --all-disabled: %v", err)
+	}
+	l, err := recovery.ListFrozen(ctx, c.store, c.scope, recovery.FrozenDisabled, recovery.Page{})
+	if err != nil {
+		return c.failf(exitFailure, "restore --all-disabled: list disabled sagas in %s: %v", c.scopeString(), err)
+	}
+	out := jsonRestoreAll{Scope: jsonScope(c.scope), Disabled: len(l.Sagas), Results: []jsonRestore{}}
+	worst := exitOK
+	rank := map[int]int{exitOK: 0, exitNotFound: 1, exitNotRestorable: 2, exitFailure: 3}
+	for _, s := range l.Sagas {
+		r, code := c.restoreOne(ctx, w, s.TxID)
+		out.Results = append(out.Results, r)
+		if code != exitOK {
+			out.Failed++
+			if rank[code] > rank[worst] {
+				worst = code
+			}
+			failf(c.stderr, code, "%s", r.Error)
+			continue
+		}
+		out.Restored++
+		if !c.json {
+			c.printRestore(r)
+		}
+	}
+	if c.json {
+		if code := c.printJSON(out); code != exitOK {
+			return code
+		}
+		return worst
+	}
+	fmt.Fprintf(c.stdout, "restored %d of %d disabled sagas in %s\n", out.Restored, out.Disabled, c.scopeString())
+	return worst
+}
