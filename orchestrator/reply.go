@@ -291,7 +291,9 @@ func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Tra
 // terminate ends a saga whose compensation failed: COMPENSATION_FAILED, and
 // a copy in the frozen table for admins.
 func (o *Orchestrator[T]) terminate(ctx context.Context, tx *eventstore.Transaction, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
-	if err := o.store.Freeze(ctx, *tx, tx.Error); err != nil {
+	frozen := *tx
+	frozen.State = eventstore.StateCompensationFailed // the copy shows the state it ends in
+	if err := o.store.Freeze(ctx, frozen, tx.Error); err != nil {
 		return fmt.Errorf("orchestrator: freeze %s: %w", tx.TxID, err)
 	}
 	return o.persist(ctx, tx, eventstore.StateCompensationFailed, tryout, from, last)

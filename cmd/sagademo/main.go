@@ -7,9 +7,18 @@
 //
 // It ends with one summary line:
 //
-//	sagas=N completed=X compensated=Y compensation_failed=0 stuck=0 elapsed=1.23s rate=812.3/s
+//	sagas=N completed=X compensated=Y compensation_failed=0 stuck=0 elapsed=1.23s rate=812.3/s ...
 //
 // and exits non-zero if any saga is stuck (not terminal at the end).
+//
+// Recovery: --transient-rate makes a fraction of the steps fail retryably
+// once, --crash-rate makes the orchestrator abandon a fraction of the sagas
+// mid-way as if its process died (after the create, before publishing a
+// step, in the middle of compensation), and --window sets the recovery
+// window in seconds. The orchestrator is then also a retry node that
+// re-drives and restores them; the summary adds retried=, restored= and
+// directory_left= (rows left in sealed windows of the recovery directory
+// after a final scan).
 package main
 
 import (
@@ -17,6 +26,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -35,6 +45,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
 	"github.com/stacksaga-go/stacksaga/internal/duplicator"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
@@ -53,6 +64,10 @@ type options struct {
 	timeout     time.Duration
 	quiet       bool
 	verbose     bool
+
+	transientRate float64
+	crashRate     float64
+	window        time.Duration
 }
 
 func main() {
@@ -73,12 +88,31 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.mode, "mode", "relaxed", "write protection of the workers: strict (LWT leases), relaxed (RELAXED_WITH_DEDUP) or none")
 	fs.StringVar(&o.suffix, "suffix", "", "suffix for every domain and service name (topics, groups), to share a broker with other runs")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for sagas after this long")
+	fs.Float64Var(&o.transientRate, "transient-rate", 0, "fraction of steps whose first attempt fails retryably (re-driven by recovery)")
+	fs.Float64Var(&o.crashRate, "crash-rate", 0, "fraction of sagas the orchestrator abandons mid-way as if its process died (restored by recovery)")
+	var windowSec float64
+	fs.Float64Var(&windowSec, "window", 0, "recovery window interval in seconds (dividing 60, or whole minutes); default 2 with --transient-rate or --crash-rate, else the production 60")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	o.window = time.Duration(windowSec * float64(time.Second))
 	var errs []error
+	if o.transientRate < 0 || o.transientRate > 1 {
+		errs = append(errs, errors.New("--transient-rate must be within [0, 1]"))
+	}
+	if o.crashRate < 0 || o.crashRate > 1 {
+		errs = append(errs, errors.New("--crash-rate must be within [0, 1]"))
+	}
+	if o.window == 0 && (o.transientRate > 0 || o.crashRate > 0) {
+		o.window = 2 * time.Second
+	}
+	if o.window != 0 {
+		if err := recovery.ValidInterval(o.window); err != nil {
+			errs = append(errs, fmt.Errorf("--window: %w", err))
+		}
+	}
 	if o.sagas < 1 {
 		errs = append(errs, errors.New("--sagas must be at least 1"))
 	}
@@ -128,6 +162,10 @@ type result struct {
 	// duplicateExecutions counts business-handler runs beyond the first
 	// per transaction, span and kind, as the handlers saw them.
 	duplicateExecutions int
+	// Recovery figures, set when recovery is exercised.
+	hasRecovery                  bool
+	retried, restored, abandoned int64
+	directoryLeft                int
 }
 
 func (r result) summary() string {
@@ -139,7 +177,25 @@ func (r result) summary() string {
 		fmt.Fprintf(&b, " stmts_per_saga=%.1f", r.stmtsPerSaga)
 	}
 	fmt.Fprintf(&b, " duplicate_executions=%d", r.duplicateExecutions)
+	if r.hasRecovery {
+		fmt.Fprintf(&b, " abandoned=%d retried=%d restored=%d directory_left=%d", r.abandoned, r.retried, r.restored, r.directoryLeft)
+	}
 	return b.String()
+}
+
+// chance reports whether key falls in a fraction f of all keys, salted:
+// deterministic per key, so a decision does not change on a re-delivery.
+func chance(key string, salt uint64, f float64) bool {
+	if f <= 0 {
+		return false
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(key))
+	v := h.Sum64() ^ (salt * 0x9e3779b97f4a7c15)
+	v ^= v >> 33
+	v *= 0xff51afd7ed558ccd
+	v ^= v >> 33
+	return float64(v>>11)/float64(1<<53) < f
 }
 
 // failsAt reports whether saga i of a run with fail rate f fails: exactly
@@ -244,7 +300,32 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	// Orchestrator; terminal events free a slot for the next saga.
 	slots := make(chan struct{}, opts.concurrency)
 	var completed, compensated, compFailed atomic.Int64
-	o, err := orchestrator.New(names.Order, placeorder.SagaNamed(names),
+	recovering := opts.transientRate > 0 || opts.crashRate > 0
+	var oopts []orchestrator.Option
+	if opts.window != 0 {
+		rc := recovery.DefaultConfig()
+		rc.Interval = opts.window
+		// A stalled saga is restored after 5 windows without a transition
+		// (10s with --window 2): far above a step's latency here.
+		rc.Restore.DefaultDelayWindows = 5
+		rc.LookbackDays = 1
+		oopts = append(oopts, orchestrator.WithRecovery(rc), orchestrator.WithRetryNode(recovery.WithLogger(logger)))
+	}
+	if opts.crashRate > 0 {
+		points := []orchestrator.FaultPoint{orchestrator.FaultAfterCreate, orchestrator.FaultBeforePublish, orchestrator.FaultBeforePublishRevert}
+		var crashed sync.Map
+		oopts = append(oopts, orchestrator.WithFaultInjection(func(p orchestrator.FaultPoint, txID string) bool {
+			// A saga dies at most once, at the point drawn for it (a saga
+			// that never reaches it, say the revert point of one that
+			// completes, is not abandoned).
+			if !chance(txID, 1, opts.crashRate) || p != points[fnvIndex(txID, len(points))] {
+				return false
+			}
+			_, again := crashed.LoadOrStore(txID, true)
+			return !again
+		}))
+	}
+	o, err := orchestrator.New(names.Order, placeorder.SagaNamed(names), append([]orchestrator.Option{
 		orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store), orchestrator.WithLogger(logger),
 		orchestrator.WithConcurrency(opts.concurrency),
 		orchestrator.WithListener(func(e orchestrator.Event) {
@@ -259,7 +340,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 				return
 			}
 			<-slots
-		}))
+		})}, oopts...)...)
 	if err != nil {
 		return result{}, err
 	}
@@ -314,6 +395,11 @@ loop:
 				started++
 				go func() {
 					ord := placeorder.Order{OrderID: fmt.Sprintf("order-%d", i), CustomerID: "c-1", Item: "book", Quantity: 1, Amount: 1999, FailShipping: failsAt(i, opts.failRate)}
+					for step := range 3 {
+						if chance(ord.OrderID, uint64(2+step), opts.transientRate) {
+							ord.TransientOnce |= 1 << step
+						}
+					}
 					if _, err := o.Start(runCtx, ord); err != nil {
 						startErr.CompareAndSwap(nil, err)
 					}
@@ -362,6 +448,23 @@ loop:
 	}
 	res.stuck = opts.sagas - (res.completed + res.compensated + res.compensationFailed)
 	res.duplicateExecutions = execs.duplicates()
+	if recovering || opts.window != 0 {
+		st := o.Stats()
+		res.hasRecovery = true
+		res.retried, res.restored, res.abandoned = st.Retried, st.Restored, st.Abandoned
+		if eng := o.RecoveryEngine(); eng != nil && res.stuck == 0 {
+			// One more pass drops what the sagas' ends left due in
+			// sealed windows; what remains there was never handled.
+			if _, err := eng.Scan(ctx); err != nil {
+				fmt.Fprintln(stderr, "sagademo: final recovery scan:", err)
+			}
+			n, err := sealedRows(ctx, store, o.Scope(), eng.Windows(), time.Now())
+			if err != nil {
+				return result{}, fmt.Errorf("count directory rows: %w", err)
+			}
+			res.directoryLeft = n
+		}
+	}
 	if cass != nil {
 		res.hasStmts = true
 		res.stmtsPerSaga = float64(cass.Stats().Sub(stmts0).RoundTrips()) / float64(opts.sagas)
@@ -446,4 +549,50 @@ func settle(relay *duplicator.Relay, workers []*worker.Worker) {
 			quiet++
 		}
 	}
+}
+
+// fnvIndex maps key to one of n indexes.
+func fnvIndex(key string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// sealedRows counts the tier-5 rows of the recovery directory left in the
+// sealed windows of scope over the last two days.
+func sealedRows(ctx context.Context, dir eventstore.Directory, scope eventstore.Scope, win recovery.Windows, now time.Time) (int, error) {
+	days, err := dir.ListDays(ctx, scope, win.AddDays(win.At(now).Day, -2), win.At(now).Day)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, day := range days {
+		slots, err := dir.ListWindows(ctx, scope, day)
+		if err != nil {
+			return 0, err
+		}
+		for _, slot := range slots {
+			if !win.FromSlot(day, slot).Sealed(now) {
+				continue
+			}
+			insts, err := dir.ListInstances(ctx, scope, day, slot, eventstore.FullRing)
+			if err != nil {
+				return 0, err
+			}
+			for _, in := range insts {
+				buckets, err := dir.ListBuckets(ctx, scope, day, slot, in.ID)
+				if err != nil {
+					return 0, err
+				}
+				for _, b := range buckets {
+					es, err := dir.ListRecoveryEntries(ctx, scope, eventstore.RecoveryPath{Day: day, MinuteOfDay: slot, InstanceID: in.ID, Bucket: b}, "", 0)
+					if err != nil {
+						return 0, err
+					}
+					n += len(es)
+				}
+			}
+		}
+	}
+	return n, nil
 }

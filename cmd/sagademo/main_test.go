@@ -10,7 +10,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
 
-var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)$`)
+var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+))?$`)
 
 // runDemo runs the demo with args and returns its summary fields.
 func runDemo(t *testing.T, args ...string) []int {
@@ -73,7 +73,8 @@ func TestDemoRealKafkaAndCassandra(t *testing.T) {
 }
 
 func TestDemoRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"--sagas", "0"}, {"--fail-rate", "1.5"}, {"--concurrency", "-1"}, {"--nope"}} {
+	for _, args := range [][]string{{"--sagas", "0"}, {"--fail-rate", "1.5"}, {"--concurrency", "-1"}, {"--nope"},
+		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -140,5 +141,57 @@ func TestDemoDuplicatesStrictRealServices(t *testing.T) {
 	checkCounts(t, counts, 150, 15)
 	if dups != 0 {
 		t.Fatalf("duplicate_executions=%d, want 0", dups)
+	}
+}
+
+// recoverySummary runs the demo and returns abandoned, retried, restored and
+// directory_left, checking that every saga ended right with no step run
+// twice.
+func recoverySummary(t *testing.T, sagas, compensated int, args ...string) (abandoned, retried, restored, left int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	line := strings.TrimSpace(stdout.String())
+	m := summaryRE.FindStringSubmatch(line)
+	if m == nil || m[8] == "" {
+		t.Fatalf("summary line %q lacks the recovery fields", line)
+	}
+	var counts []int
+	for _, f := range m[1:6] {
+		n, _ := strconv.Atoi(f)
+		counts = append(counts, n)
+	}
+	checkCounts(t, counts, sagas, compensated)
+	if m[7] != "0" {
+		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], line)
+	}
+	n := make([]int, 4)
+	for i := range n {
+		n[i], _ = strconv.Atoi(m[9+i])
+	}
+	return n[0], n[1], n[2], n[3]
+}
+
+// Transient failures are retried and sagas abandoned mid-way are restored
+// by the recovery engine: no saga stuck, no step run twice, the directory
+// drained.
+func TestDemoRecoveryEmbedded(t *testing.T) {
+	abandoned, retried, restored, left := recoverySummary(t, 400, 40, "--sagas", "400", "--fail-rate", "0.1",
+		"--transient-rate", "0.1", "--crash-rate", "0.05", "--window", "1", "--concurrency", "64")
+	if abandoned == 0 || retried == 0 || restored < abandoned || left != 0 {
+		t.Fatalf("abandoned=%d retried=%d restored=%d directory_left=%d", abandoned, retried, restored, left)
+	}
+}
+
+func TestDemoRecoveryRealServices(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	abandoned, retried, restored, left := recoverySummary(t, 300, 30, "--sagas", "300", "--fail-rate", "0.1",
+		"--transient-rate", "0.1", "--crash-rate", "0.05", "--window", "1",
+		"--kafka", brokers[0], "--cassandra", hosts[0], "--keyspace", keyspace, "--suffix", testenv.UniqueName(t, "rec"))
+	if abandoned == 0 || retried == 0 || restored < abandoned || left != 0 {
+		t.Fatalf("abandoned=%d retried=%d restored=%d directory_left=%d", abandoned, retried, restored, left)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 
 	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 )
 
@@ -45,6 +46,23 @@ type Order struct {
 	// FailShipping makes the shipping step fail non-retryably, so the saga
 	// compensates (used by the demo's --fail-rate).
 	FailShipping bool `msgpack:"fail_shipping,omitempty" json:"fail_shipping,omitempty"`
+	// TransientOnce has bit i set when step i's first attempt must fail
+	// retryably, as a payment gateway timing out would (used by the demo's
+	// --transient-rate); the retry succeeds.
+	TransientOnce uint8 `msgpack:"transient_once,omitempty" json:"transient_once,omitempty"`
+}
+
+// ErrTransient is the retryable failure TransientOnce injects.
+var ErrTransient = errors.New("gateway timeout (transient)")
+
+// transient returns the retryable failure TransientOnce asks for at s, or
+// nil. It comes before the step does anything, so the failed attempt has no
+// effect and is not an execution.
+func transient(in Order, s *worker.Step) error {
+	if s.Kind == topics.KindProcess && s.Attempt == 1 && s.Span < 8 && in.TransientOnce&(1<<s.Span) != 0 {
+		return worker.Retryable(ErrTransient)
+	}
+	return nil
 }
 
 // Names are the domain and service names of one deployment of the saga.
@@ -102,6 +120,9 @@ func RegisterInventory(w *worker.Worker, o Observer) error {
 	return worker.Register(w, worker.Endpoint[Order]{
 		Name: ReserveStock,
 		Process: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
+			if err := transient(in, s); err != nil {
+				return in, err
+			}
 			observe(o, s)
 			in.ReservationID = "rsv-" + s.IdempotencyKey
 			return in, nil
@@ -119,6 +140,9 @@ func RegisterPayment(w *worker.Worker, o Observer) error {
 	return worker.Register(w, worker.Endpoint[Order]{
 		Name: ChargePayment,
 		Process: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
+			if err := transient(in, s); err != nil {
+				return in, err
+			}
 			observe(o, s)
 			in.PaymentID = "pay-" + s.IdempotencyKey
 			return in, nil
@@ -137,6 +161,9 @@ func RegisterShipping(w *worker.Worker, o Observer) error {
 	return worker.Register(w, worker.Endpoint[Order]{
 		Name: ShipOrder,
 		Process: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
+			if err := transient(in, s); err != nil {
+				return in, err
+			}
 			observe(o, s)
 			if in.FailShipping {
 				return in, worker.NonRetryable(ErrAddressRejected)
