@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
 )
 
@@ -27,5 +28,19 @@ func TestSampleConfigLoads(t *testing.T) {
 	}
 	if got := wp.Resolve("other"); got.Mode != writeprotect.RelaxedWithDedup || got.Lease != 5*time.Second {
 		t.Errorf("default resolves to %+v", got)
+	}
+	rc, err := recovery.LoadConfigFile("../stacksaga.yaml")
+	if err != nil {
+		t.Fatalf("recovery config: %v", err)
+	}
+	want := recovery.RetryPolicy{DelayWindows: 2, MaxAttempts: 5, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0.2}
+	if got := rc.RetryPolicy("place-order", "payment-service/charge-payment"); got != want {
+		t.Errorf("charge-payment's retry policy %+v, want %+v", got, want)
+	}
+	if got := rc.RetryPolicy("other", "x/y"); got.MaxAttempts != 0 || got.DelayWindows != 1 {
+		t.Errorf("default retry policy %+v", got)
+	}
+	if rc.RestoreDelay("place-order") != 600 || rc.TransactionLifetime != 24*time.Hour || rc.Interval != time.Minute {
+		t.Errorf("recovery config %+v", rc)
 	}
 }
