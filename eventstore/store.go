@@ -181,14 +181,21 @@ type Tryout struct {
 // with ErrClosed.
 type Store interface {
 	// CreateTransaction inserts a new saga row (and its first tryout, if
-	// any). It returns ErrExists if the transaction id is taken.
+	// any). Transaction ids are unique by construction: the memory store
+	// returns ErrExists for a taken id, the Cassandra store does not check
+	// (it writes without a lightweight transaction) and a second create of
+	// the same id then behaves as a Transition of the same version.
 	CreateTransaction(ctx context.Context, tx Transaction, first *Tryout) error
 	// LoadTransaction reads a saga row; ErrNotFound if absent.
 	LoadTransaction(ctx context.Context, scope Scope, txID string) (Transaction, error)
 	// Transition writes the saga row and, if non-nil, a tryout row in one
 	// same-partition batch (one round trip). It overwrites every field of
-	// the row (an upsert: it does not check that the row exists, nor
-	// tx.Version; the caller increments Version). A tryout with an empty
+	// the row (an upsert: it does not check that the row exists; the
+	// caller increments Version) unless the stored row has a higher
+	// Version: an older version never overwrites a newer one (the write is
+	// then discarded without an error), so a zombie writer cannot undo a
+	// newer state. Two writes of the same version race: write each version
+	// once. A tryout with an empty
 	// TxID takes tx.TxID; a tryout of another saga fails with ErrInvalid.
 	// Writing the same tryout Index again overwrites that tryout.
 	Transition(ctx context.Context, tx Transaction, tryout *Tryout) error

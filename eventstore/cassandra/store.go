@@ -387,39 +387,33 @@ func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction
 	if err := s.check(ctx, tx.Validate(), first.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
-	vals := txValues(tx)
-	for attempt := 0; ; attempt++ {
-		prev := make(map[string]any)
-		applied, err := s.lwt(s.st.insertTxIfNotExists, vals...).MapScanCASContext(ctx, prev)
-		if err == nil {
-			if !applied {
-				// A retry after an unknown outcome finds our own row.
-				if attempt == 0 || !sameCreate(prev, tx) {
-					return fmt.Errorf("cassandra: transaction %q: %w", tx.TxID, eventstore.ErrExists)
-				}
-			}
-			break
-		}
-		if !lwtRetryable(err) || attempt+1 >= s.lwtTries {
-			return s.fail("create transaction", err)
-		}
-		if err := backoff(ctx, attempt); err != nil {
-			return s.fail("create transaction", err)
-		}
+	// No lightweight transaction: transaction ids are unique by
+	// construction (orchestrator.NewTxID), and the row is written at its
+	// version's timestamp like every transition (see writeTimestamp).
+	ts := writeTimestamp(tx)
+	if first == nil {
+		return s.exec(ctx, "create transaction", s.st.upsertTx, append(txValues(tx), ts)...)
 	}
-	if first != nil {
-		return s.exec(ctx, "create transaction: first tryout", s.st.insertTryout, tryoutValues(tx.Scope, tx.TxID, *first)...)
+	b := s.batch(gocql.UnloggedBatch)
+	addIdempotent(b, s.st.upsertTx, append(txValues(tx), ts)...)
+	addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *first), ts)...)
+	if err := b.ExecContext(ctx); err != nil {
+		return s.fail("create transaction", err)
 	}
 	return nil
 }
 
-// sameCreate tells whether the row a refused insert found is the one this
-// create wrote (same version, state and creation time).
-func sameCreate(prev map[string]any, tx eventstore.Transaction) bool {
-	v, _ := prev["version"].(int64)
-	st, _ := prev["running_status"].(string)
-	ca, _ := prev["created_at"].(time.Time)
-	return v == tx.Version && st == string(tx.State) && ca.Equal(eventstore.StoredTime(tx.CreatedAt))
+// writeTimestamp is the write time (microseconds) of every write of tx's
+// row and tryouts: its creation time plus its version. A write of an older
+// version therefore never overwrites a newer one, whatever the order in
+// which they reach Cassandra (a zombie orchestrator evicted mid-batch, a
+// re-drive racing a reply on another node): the fence costs no round trip.
+func writeTimestamp(tx eventstore.Transaction) int64 {
+	var base int64
+	if !tx.CreatedAt.IsZero() {
+		base = eventstore.StoredTime(tx.CreatedAt).UnixMilli() * 1000
+	}
+	return base + tx.Version
 }
 
 // LoadTransaction reads a saga row.
@@ -463,12 +457,13 @@ func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryou
 	if err := s.check(ctx, tx.Validate(), tryout.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
+	ts := writeTimestamp(tx)
 	if tryout == nil {
-		return s.exec(ctx, "transition", s.st.upsertTx, txValues(tx)...)
+		return s.exec(ctx, "transition", s.st.upsertTx, append(txValues(tx), ts)...)
 	}
 	b := s.batch(gocql.UnloggedBatch)
-	addIdempotent(b, s.st.upsertTx, txValues(tx)...)
-	addIdempotent(b, s.st.insertTryout, tryoutValues(tx.Scope, tx.TxID, *tryout)...)
+	addIdempotent(b, s.st.upsertTx, append(txValues(tx), ts)...)
+	addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *tryout), ts)...)
 	if err := b.ExecContext(ctx); err != nil {
 		return s.fail("transition", err)
 	}

@@ -206,6 +206,11 @@ func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryou
 		rec = &txRec{}
 		sh.txs[k] = rec
 	}
+	if ok && rec.tx.Version > tx.Version {
+		// Fenced: an older version never overwrites a newer one (as
+		// Cassandra's write timestamps make it).
+		return nil
+	}
 	rec.tx = c
 	if tryout != nil {
 		rec.tryouts = putTryout(rec.tryouts, tr)

@@ -33,6 +33,10 @@ type Features struct {
 	// Advance it is ignored: the stores' clock is the wall clock
 	// (time.Now), or a database's own clock close to it.
 	Now func() time.Time
+	// BlindCreate declares that CreateTransaction does not detect a taken
+	// transaction id (the Cassandra store writes without a lightweight
+	// transaction); the ErrExists check is then skipped.
+	BlindCreate bool
 	// Concurrency is the number of goroutines that race one conditional
 	// insert. Default 50.
 	Concurrency int
@@ -97,6 +101,7 @@ var tests = []test{
 	{"LoadMissing", testLoadMissing},
 	{"TransactionState", testTransactionState},
 	{"TransitionOverwrites", testTransitionOverwrites},
+	{"TransitionFenced", testTransitionFenced},
 	{"TryoutsOrdered", testTryoutsOrdered},
 	{"ScopeIsolation", testScopeIsolation},
 	{"CopiesValues", testCopiesValues},
