@@ -1,12 +1,3 @@
-// Package ringcoordinator hands out non-overlapping ranges of the Cassandra
-// Murmur3 token ring to retry nodes (a master assigns them, slaves serve them,
-// orchestrators' retry nodes lease them), so that many nodes can re-drive
-// stalled sagas without locks.
-//
-// Everything rests on [Token]: pure arithmetic that computes, in Go, exactly
-// the token Cassandra's Murmur3Partitioner assigns to a partition key, so a
-// retry node can tell which partitions fall inside its leased range without
-// asking the database.
 package ringcoordinator
 
 import (
