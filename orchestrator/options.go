@@ -43,6 +43,8 @@ type config struct {
 	retryNode  bool
 	engineOpts []recovery.Option
 	fault      func(FaultPoint, string) bool
+
+	stateCacheSize int
 }
 
 func defaultConfig() config {
@@ -60,6 +62,8 @@ func defaultConfig() config {
 
 		recovery:   recovery.DefaultConfig(),
 		recoveryOn: true,
+
+		stateCacheSize: DefaultStateCacheSize,
 	}
 }
 
@@ -213,3 +217,10 @@ func (p FaultPoint) String() string {
 func WithFaultInjection(f func(p FaultPoint, txID string) bool) Option {
 	return optFunc(func(c *config) { c.fault = f })
 }
+
+// WithStateCacheSize bounds the sagas whose last persisted state the
+// orchestrator keeps in memory, so that applying a reply reads nothing
+// from the store (default DefaultStateCacheSize; 0 turns the cache off and
+// every reply reads the saga row). A saga beyond the bound is read from the
+// store when its reply comes.
+func WithStateCacheSize(n int) Option { return optFunc(func(c *config) { c.stateCacheSize = n }) }

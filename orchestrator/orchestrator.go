@@ -73,6 +73,7 @@ type Orchestrator[T any] struct {
 	topicsReady atomic.Bool
 
 	stats counters
+	cache stateCache
 
 	// rec registers watchdogs and retries (nil: WithoutRecovery); engine
 	// is the retry node's engine (nil unless WithRetryNode); restoreAfter
@@ -191,6 +192,7 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		o.store = memory.New(memory.WithClock(cfg.now))
 		o.cfg.ownStore = true
 	}
+	o.cache.limit = int64(cfg.stateCacheSize)
 	o.redriver = &entryRedriver{o.redriveEntry} // a pointer: comparable in the mux
 	if err := o.initRecovery(); err != nil {
 		o.prod.Close()
@@ -462,6 +464,7 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 	if err := o.store.CreateTransaction(ctx, tx, nil); err != nil {
 		return "", fmt.Errorf("orchestrator: create saga: %w", err)
 	}
+	o.cache.put(&tx)
 	o.stats.started.Add(1)
 	o.emit(Event{TxID: txID, Domain: o.domain.Name, To: tx.State, At: now})
 	if d.kind != decideSend {
@@ -495,6 +498,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	cur.State, cur.Error = eventstore.StateRetryPending, err.Error()
 	cur.Version++
 	cur.UpdatedAt = o.cfg.now()
+	o.cache.drop(cur.TxID)
 	if perr := o.store.Transition(pctx, cur, nil); perr != nil {
 		o.logger().Error("orchestrator: saga stranded: command not sent and state not saved", "tx", tx.TxID, "err", err, "persist_err", perr)
 		return err
@@ -589,8 +593,10 @@ func (o *Orchestrator[T]) prepareRedrive(ctx context.Context, txID string) (even
 	tx.Version++
 	tx.UpdatedAt = o.cfg.now()
 	if err := o.store.Transition(ctx, tx, nil); err != nil {
+		o.cache.drop(txID)
 		return tx, fmt.Errorf("orchestrator: redrive %s: %w", txID, err)
 	}
+	o.cache.put(&tx)
 	o.stats.retried.Add(1)
 	o.emit(Event{TxID: txID, Domain: o.domain.Name, From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt})
 	return tx, nil

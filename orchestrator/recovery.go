@@ -227,6 +227,7 @@ func (o *Orchestrator[T]) disable(ctx context.Context, txID string) error {
 	if err := o.store.Freeze(ctx, tx, reason); err != nil {
 		return fmt.Errorf("orchestrator: freeze %s: %w", txID, err)
 	}
+	o.cache.drop(txID)
 	if err := o.store.Transition(ctx, tx, nil); err != nil {
 		return fmt.Errorf("orchestrator: disable %s: %w", txID, err)
 	}

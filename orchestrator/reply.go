@@ -37,19 +37,30 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 	l := o.lock(env.TxID)
 	l.Lock()
 	defer l.Unlock()
-	tx, err := o.store.LoadTransaction(ctx, o.scope, env.TxID)
-	if errors.Is(err, eventstore.ErrNotFound) {
-		return o.deadLetter(ctx, r, "orchestrator: unknown transaction "+env.TxID)
-	}
-	if err != nil {
-		return fmt.Errorf("orchestrator: load %s: %w", env.TxID, err)
-	}
-	if !awaitsReply(tx.State) || tx.Span != env.Span || tx.Kind != string(env.Kind) || tx.Attempt != env.Attempt {
-		o.stats.stale.Add(1)
-		return nil
+	// The state this orchestrator last persisted saves reading the row;
+	// a reply it does not expect is checked against the store.
+	tx, ok := o.cache.get(env.TxID)
+	if !ok || !expects(&tx, env) {
+		var err error
+		tx, err = o.store.LoadTransaction(ctx, o.scope, env.TxID)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			return o.deadLetter(ctx, r, "orchestrator: unknown transaction "+env.TxID)
+		}
+		if err != nil {
+			return fmt.Errorf("orchestrator: load %s: %w", env.TxID, err)
+		}
+		if !expects(&tx, env) {
+			o.stats.stale.Add(1)
+			return nil
+		}
 	}
 	o.stats.replies.Add(1)
 	return o.apply(ctx, &tx, env)
+}
+
+// expects reports whether tx waits for the reply env.
+func expects(tx *eventstore.Transaction, env *topics.Envelope) bool {
+	return awaitsReply(tx.State) && tx.Span == env.Span && tx.Kind == string(env.Kind) && tx.Attempt == env.Attempt
 }
 
 // awaitsReply reports whether a saga in state s has a command in flight.
@@ -316,8 +327,10 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 		tryout.Index = int(tx.Version)
 	}
 	if err := o.store.Transition(ctx, *tx, tryout); err != nil {
+		o.cache.drop(tx.TxID)
 		return fmt.Errorf("orchestrator: persist %s: %w", tx.TxID, err)
 	}
+	o.cache.put(tx)
 	ev := Event{TxID: tx.TxID, Domain: tx.Domain, From: from, To: state, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt}
 	if last != nil {
 		ev.Span, ev.Kind, ev.Endpoint = last.Span, last.Kind, qualify(last.Step)
