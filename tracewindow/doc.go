@@ -1,0 +1,57 @@
+// Package tracewindow is the Trace Window: a JSON API and a web page over
+// one scope's event store (region, cluster, service) that show each saga's
+// step timeline, its compensation trail, its retry audit and the live
+// health of the sagas in flight. An orchestrator service mounts the
+// Handler on its own mux (the seed's "connector"); `sagactl trace-window`
+// serves the same from the store alone.
+//
+// Wiring, in a service that embeds an orchestrator on Cassandra:
+//
+//	idx, err := cassandraindex.New(ctx, cassandraCfg) // its own table, created if absent
+//	defer idx.Close()
+//	scope := eventstore.Scope{Region: "default", Cluster: "default", Service: "order-service"}
+//	o, err := orchestrator.New("order-service", domain, orchestrator.WithStore(store),
+//		orchestrator.WithListener(tracewindow.Listener(idx, scope)))
+//	tw, err := tracewindow.New(store, scope, tracewindow.WithIndex(idx))
+//	mux.Handle("/trace/", http.StripPrefix("/trace", tw))
+//
+// On the in-memory store, use NewMemoryIndex instead of cassandraindex.
+//
+// # API
+//
+// Every route answers JSON; every error is {"error": "..."} with a 4xx or
+// 5xx status.
+//
+//	GET  /api/config                 scope, whether listing works, the admin actions enabled
+//	GET  /api/domains                domains seen by the index
+//	GET  /api/sagas                  list: ?domain=&state=A,B|in_flight&from=&to=&after=&limit=
+//	GET  /api/sagas/{txid}           one saga: row, timeline, compensation trail, retry audit, steps
+//	GET  /api/search?tx={txid}       find a saga by transaction id (the store alone)
+//	GET  /api/health                 in-flight counts by state and domain, oldest in flight, retry-pending, frozen
+//	POST /api/sagas/{txid}/{action}  restore | redrive | resend | resume (admin only)
+//
+// Lists are newest first (by transaction id, which starts with the
+// creation time), cover a creation-time range (from, to: RFC 3339 or unix
+// milliseconds; default the last 24 hours, at most 31 days), and page with
+// the cursor "next" passed back as "after".
+//
+// # Admin actions
+//
+// The Trace Window is read-only unless WithAdmin enables actions. Each
+// action is a POST with "Authorization: Bearer <token>" and
+// "Content-Type: application/json"; no cookie is ever used, so a
+// cross-site form can neither authenticate nor send that content type, and
+// browsers' cross-origin POSTs are refused as well
+// (http.CrossOriginProtection).
+//
+// # Listing without scans
+//
+// The event store keys sagas by transaction id alone. Listing needs an
+// Index: MemoryIndex, or cassandraindex.Index, whose table
+// es_transactions_by_bucket is partitioned by (region, cluster,
+// service_name, domain, hour of creation) and clustered by transaction id
+// descending, so every read names one partition and a clustering range:
+// no ALLOW FILTERING, no scan. The orchestrator feeds the index through
+// Listener; the Cassandra index writes asynchronously, in batches, off the
+// reply path.
+package tracewindow

@@ -1,0 +1,866 @@
+package tracewindow
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/recovery"
+)
+
+//go:embed web
+var webFS embed.FS
+
+// List defaults and bounds of the JSON API.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 200
+	// DefaultListRange is the creation-time range a list covers when the
+	// request names none: the last 24 hours.
+	DefaultListRange = 24 * time.Hour
+	// MinTokenLen is the shortest admin token New accepts.
+	MinTokenLen = 16
+)
+
+// verifyParallelism bounds the state reads one list runs at once.
+const verifyParallelism = 16
+
+// Admin enables the mutating actions of the Trace Window. Each action is
+// offered only when its function is set; every call needs the bearer
+// Token (Authorization: Bearer <Token>) and a JSON POST.
+type Admin struct {
+	// Token is the bearer token the actions require (at least MinTokenLen
+	// bytes).
+	Token string
+	// Restore hands a DISABLED, COMPENSATION_FAILED or RETRY_PENDING saga
+	// back to the retry nodes: RecoveryRestore makes it from
+	// recovery.Restore.
+	Restore func(ctx context.Context, txID string) error
+	// Redrive sends the step of a RETRY_PENDING saga again now
+	// (orchestrator.Orchestrator.Redrive).
+	Redrive func(ctx context.Context, txID string) error
+	// Resend re-sends the command a saga in flight waits for
+	// (orchestrator.Orchestrator.Restore).
+	Resend func(ctx context.Context, txID string) error
+	// Resume resumes a PAUSED saga with the span's correlation key and a
+	// resume context (JSON).
+	Resume func(ctx context.Context, txID, correlationKey string, resumeContext json.RawMessage) error
+}
+
+// Admin action names (the last path segment of the POST).
+const (
+	ActionRestore = "restore"
+	ActionRedrive = "redrive"
+	ActionResend  = "resend"
+	ActionResume  = "resume"
+)
+
+func (a *Admin) actions() []string {
+	if a == nil {
+		return nil
+	}
+	var out []string
+	if a.Restore != nil {
+		out = append(out, ActionRestore)
+	}
+	if a.Redrive != nil {
+		out = append(out, ActionRedrive)
+	}
+	if a.Resend != nil {
+		out = append(out, ActionResend)
+	}
+	if a.Resume != nil {
+		out = append(out, ActionResume)
+	}
+	return out
+}
+
+// RecoveryRestore returns an Admin.Restore that runs recovery.Restore with
+// w (give it the retry nodes' recovery configuration) at now().
+func RecoveryRestore(s eventstore.Store, w *recovery.Writer, scope eventstore.Scope, now func() time.Time) func(ctx context.Context, txID string) error {
+	return func(ctx context.Context, txID string) error {
+		_, err := recovery.Restore(ctx, s, w, scope, txID, now())
+		return err
+	}
+}
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	index        Index
+	logger       *slog.Logger
+	now          func() time.Time
+	rcfg         recovery.Config
+	admin        *Admin
+	healthWindow time.Duration
+	healthTTL    time.Duration
+	refresh      time.Duration
+	traceLink    string
+}
+
+// WithIndex sets the listing index (see Index). Without one, the Trace
+// Window finds sagas by transaction id only.
+func WithIndex(idx Index) Option { return func(c *config) { c.index = idx } }
+
+// WithLogger sets the logger (admin actions are logged at Info). Default
+// slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithClock sets the clock. Default time.Now in UTC.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	}
+}
+
+// WithRecovery sets the recovery configuration the health counts use (the
+// retry windows and look-back the retry nodes scan). Default
+// recovery.DefaultConfig().
+func WithRecovery(cfg recovery.Config) Option { return func(c *config) { c.rcfg = cfg } }
+
+// WithAdmin enables the admin actions of a (see Admin).
+func WithAdmin(a Admin) Option { return func(c *config) { c.admin = &a } }
+
+// WithHealthWindow sets how far back the health counts look at saga
+// creation times. Default: the transaction lifetime of the recovery
+// configuration (24h), beyond which a saga in flight is disabled anyway.
+func WithHealthWindow(d time.Duration) Option { return func(c *config) { c.healthWindow = d } }
+
+// WithHealthCache sets how long one health computation is served to every
+// caller before it is computed again. Default 2s.
+func WithHealthCache(d time.Duration) Option { return func(c *config) { c.healthTTL = d } }
+
+// WithRefresh sets how often the page polls a saga in flight. Default 2s.
+func WithRefresh(d time.Duration) Option { return func(c *config) { c.refresh = d } }
+
+// WithTraceLink sets a link template to the user's tracing UI, shown on the
+// saga page; "{tx_id}" is replaced by the transaction id.
+func WithTraceLink(template string) Option { return func(c *config) { c.traceLink = template } }
+
+// Handler is the Trace Window: a JSON API and a web page over one scope's
+// event store. Mount it under a prefix with http.StripPrefix:
+//
+//	mux.Handle("/trace/", http.StripPrefix("/trace", tw))
+type Handler struct {
+	store eventstore.Store
+	scope eventstore.Scope
+	cfg   config
+	cop   *http.CrossOriginProtection
+	token [32]byte // sha256 of the admin token
+
+	healthMu  sync.Mutex
+	healthAt  time.Time
+	healthDoc *Health
+}
+
+// New returns the Trace Window of scope's sagas in store.
+func New(store eventstore.Store, scope eventstore.Scope, opts ...Option) (*Handler, error) {
+	cfg := config{
+		logger: slog.Default(), now: func() time.Time { return time.Now().UTC() },
+		rcfg: recovery.DefaultConfig(), healthTTL: 2 * time.Second, refresh: 2 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if store == nil {
+		return nil, errors.New("tracewindow: nil store")
+	}
+	if err := scope.Validate(); err != nil {
+		return nil, fmt.Errorf("tracewindow: %w", err)
+	}
+	if cfg.healthWindow <= 0 {
+		cfg.healthWindow = cfg.rcfg.TransactionLifetime
+		if cfg.healthWindow <= 0 {
+			cfg.healthWindow = recovery.DefaultTransactionLifetime
+		}
+	}
+	h := &Handler{store: store, scope: scope, cfg: cfg, cop: http.NewCrossOriginProtection()}
+	if a := cfg.admin; a != nil {
+		if len(a.actions()) == 0 {
+			return nil, errors.New("tracewindow: WithAdmin enables no action (set Restore, Redrive, Resend or Resume)")
+		}
+		if len(a.Token) < MinTokenLen {
+			return nil, fmt.Errorf("tracewindow: the admin token must be at least %d bytes", MinTokenLen)
+		}
+		h.token = sha256.Sum256([]byte(a.Token))
+	}
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("X-Frame-Options", "DENY")
+	p := r.URL.Path
+	switch {
+	case p == "":
+		// Mounted with StripPrefix and asked for the prefix without its
+		// slash: the page's relative links need it.
+		u := r.URL.EscapedPath()
+		if r.RequestURI != "" {
+			u, _, _ = strings.Cut(r.RequestURI, "?")
+		}
+		http.Redirect(w, r, u+"/", http.StatusMovedPermanently)
+	case strings.HasPrefix(p, "/api/"):
+		hd.Set("Cache-Control", "no-store")
+		h.serveAPI(w, r, strings.TrimPrefix(p, "/api/"))
+	case p == "/" || p == "/index.html":
+		h.serveFile(w, r, "web/index.html", "text/html; charset=utf-8")
+	case p == "/assets/app.js":
+		h.serveFile(w, r, "web/app.js", "text/javascript; charset=utf-8")
+	case p == "/assets/app.css":
+		h.serveFile(w, r, "web/app.css", "text/css; charset=utf-8")
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, name, ctype string) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	b, err := webFS.ReadFile(name)
+	if err != nil {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", ctype)
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(b)
+	}
+}
+
+// apiError is the body of every error response: {"error": "..."}.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(true)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	writeJSON(w, code, apiError{Error: fmt.Sprintf(format, args...)})
+}
+
+// serveAPI routes /api/<rest>.
+func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, rest string) {
+	parts := strings.Split(rest, "/")
+	get := func(f func(http.ResponseWriter, *http.Request)) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed: use GET", r.Method)
+			return
+		}
+		f(w, r)
+	}
+	switch {
+	case rest == "config":
+		get(h.apiConfig)
+	case rest == "domains":
+		get(h.apiDomains)
+	case rest == "health":
+		get(h.apiHealth)
+	case rest == "search":
+		get(h.apiSearch)
+	case rest == "sagas":
+		get(h.apiList)
+	case len(parts) == 2 && parts[0] == "sagas" && parts[1] != "":
+		get(func(w http.ResponseWriter, r *http.Request) { h.apiSaga(w, r, parts[1]) })
+	case len(parts) == 3 && parts[0] == "sagas" && parts[1] != "" && parts[2] != "":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed: admin actions are POSTs", r.Method)
+			return
+		}
+		h.apiAction(w, r, parts[1], parts[2])
+	default:
+		writeError(w, http.StatusNotFound, "no such API route: /api/%s", rest)
+	}
+}
+
+// ConfigDoc is the body of GET /api/config.
+type ConfigDoc struct {
+	Scope ScopeView `json:"scope"`
+	// Index says sagas can be listed (an Index is configured).
+	Index bool `json:"index"`
+	// Admin lists the enabled admin actions (empty: read-only).
+	Admin        []string           `json:"admin_actions"`
+	States       []eventstore.State `json:"states"`
+	RefreshMS    int64              `json:"refresh_ms"`
+	HealthWindow int64              `json:"health_window_ms"`
+	DefaultRange int64              `json:"default_range_ms"`
+	MaxRange     int64              `json:"max_range_ms"`
+	MaxLimit     int                `json:"max_limit"`
+	TraceLink    string             `json:"trace_link,omitempty"`
+}
+
+func (h *Handler) apiConfig(w http.ResponseWriter, _ *http.Request) {
+	acts := h.cfg.admin.actions()
+	if acts == nil {
+		acts = []string{}
+	}
+	writeJSON(w, http.StatusOK, ConfigDoc{
+		Scope: ScopeView{Region: h.scope.Region, Cluster: h.scope.Cluster, Service: h.scope.Service}, Index: h.cfg.index != nil, Admin: acts, States: States,
+		RefreshMS: h.cfg.refresh.Milliseconds(), HealthWindow: h.cfg.healthWindow.Milliseconds(),
+		DefaultRange: DefaultListRange.Milliseconds(), MaxRange: MaxRange.Milliseconds(), MaxLimit: MaxListLimit,
+		TraceLink: h.cfg.traceLink,
+	})
+}
+
+// ScopeView is a scope as the API shows it.
+type ScopeView struct {
+	Region  string `json:"region"`
+	Cluster string `json:"cluster"`
+	Service string `json:"service"`
+}
+
+// noIndex answers a listing request when no index is configured.
+func noIndex(w http.ResponseWriter) {
+	writeError(w, http.StatusNotImplemented, "listing is not available: this Trace Window has no index (find sagas by transaction id, or configure tracewindow.WithIndex)")
+}
+
+func (h *Handler) apiDomains(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.index == nil {
+		noIndex(w)
+		return
+	}
+	ds, err := h.cfg.index.Domains(r.Context(), h.scope)
+	if err != nil {
+		h.storeError(w, "list domains", err)
+		return
+	}
+	if ds == nil {
+		ds = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"domains": ds})
+}
+
+// storeError answers a failed read: 503, logged.
+func (h *Handler) storeError(w http.ResponseWriter, what string, err error) {
+	h.cfg.logger.Warn("tracewindow: "+what+" failed", "err", err)
+	writeError(w, http.StatusServiceUnavailable, "%s: %v", what, err)
+}
+
+// ListRow is one saga of a list.
+type ListRow struct {
+	Entry
+	// DurationMS is UpdatedAt − CreatedAt for a terminal saga, else its
+	// age.
+	DurationMS int64 `json:"duration_ms"`
+}
+
+// ListDoc is the body of GET /api/sagas.
+type ListDoc struct {
+	Sagas   []ListRow `json:"sagas"`
+	Next    string    `json:"next,omitempty"`
+	Scanned int       `json:"scanned"`
+	Query   ListQuery `json:"query"`
+}
+
+// ListQuery echoes the list's parameters after defaults.
+type ListQuery struct {
+	Domain string             `json:"domain,omitempty"`
+	States []eventstore.State `json:"states,omitempty"`
+	From   time.Time          `json:"from"`
+	To     time.Time          `json:"to"`
+	After  string             `json:"after,omitempty"`
+	Limit  int                `json:"limit"`
+}
+
+// inFlightAlias is the state filter value that means every state in
+// flight.
+const inFlightAlias = "in_flight"
+
+// parseList reads the list parameters; its error is the 400 message.
+func (h *Handler) parseList(r *http.Request) (Query, error) {
+	v := r.URL.Query()
+	now := h.cfg.now()
+	q := Query{Scope: h.scope, Domain: strings.TrimSpace(v.Get("domain")), Limit: DefaultListLimit, After: strings.TrimSpace(v.Get("after"))}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxListLimit {
+			return q, fmt.Errorf("limit %.32q: want an integer 1..%d", s, MaxListLimit)
+		}
+		q.Limit = n
+	}
+	var err error
+	if q.To, err = parseTime("to", v.Get("to"), now); err != nil {
+		return q, err
+	}
+	if q.From, err = parseTime("from", v.Get("from"), q.To.Add(-DefaultListRange)); err != nil {
+		return q, err
+	}
+	if q.From.After(q.To) {
+		return q, fmt.Errorf("from %s is after to %s", q.From.Format(time.RFC3339), q.To.Format(time.RFC3339))
+	}
+	if q.To.Sub(q.From) > MaxRange {
+		return q, fmt.Errorf("the range from %s to %s is longer than %d days", q.From.Format(time.RFC3339), q.To.Format(time.RFC3339), int(MaxRange/(24*time.Hour)))
+	}
+	if q.After != "" && !ValidCursor(q.After) {
+		return q, fmt.Errorf("after %.64q: not a cursor (a transaction id from a previous page's next)", q.After)
+	}
+	for _, raw := range v["state"] {
+		for _, s := range strings.Split(raw, ",") {
+			s = strings.TrimSpace(s)
+			switch {
+			case s == "":
+			case strings.EqualFold(s, inFlightAlias):
+				for _, st := range States {
+					if InFlight(st) && !slices.Contains(q.States, st) {
+						q.States = append(q.States, st)
+					}
+				}
+			case KnownState(eventstore.State(strings.ToUpper(s))):
+				if st := eventstore.State(strings.ToUpper(s)); !slices.Contains(q.States, st) {
+					q.States = append(q.States, st)
+				}
+			default:
+				return q, fmt.Errorf("state %.32q: want one of %s or %s", s, joinStates(States), inFlightAlias)
+			}
+		}
+	}
+	if q.Domain != "" && !validName(q.Domain) {
+		return q, fmt.Errorf("domain %.64q: not a domain name", q.Domain)
+	}
+	return q, nil
+}
+
+func joinStates(ss []eventstore.State) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// validName accepts the names topics.ValidName accepts, loosely: printable,
+// no spaces, at most 249 bytes.
+func validName(s string) bool {
+	if len(s) > 249 {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseTime reads an RFC 3339 time or unix milliseconds; "" is def.
+func parseTime(name, s string, def time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return def.UTC(), nil
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 0 || n > 1<<47 {
+			return time.Time{}, fmt.Errorf("%s %.32q: unix milliseconds out of range", name, s)
+		}
+		return time.UnixMilli(n).UTC(), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s %.40q: want RFC 3339 (2006-01-02T15:04:05Z) or unix milliseconds", name, s)
+	}
+	if t.Year() < 1970 {
+		return time.Time{}, fmt.Errorf("%s %.40q: before 1970", name, s)
+	}
+	return t.UTC(), nil
+}
+
+func (h *Handler) apiList(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.index == nil {
+		noIndex(w)
+		return
+	}
+	q, err := h.parseList(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	page, err := h.recent(r.Context(), q)
+	if err != nil {
+		h.storeError(w, "list sagas", err)
+		return
+	}
+	entries, err := h.verify(r.Context(), page.Entries, q.States)
+	if err != nil {
+		h.storeError(w, "list sagas: read states", err)
+		return
+	}
+	now := h.cfg.now()
+	doc := ListDoc{Sagas: make([]ListRow, 0, len(entries)), Next: page.Next, Scanned: page.Scanned,
+		Query: ListQuery{Domain: q.Domain, States: q.States, From: q.From, To: q.To, After: q.After, Limit: q.Limit}}
+	for _, e := range entries {
+		end := now
+		if e.State.Terminal() {
+			end = e.UpdatedAt
+		}
+		doc.Sagas = append(doc.Sagas, ListRow{Entry: e, DurationMS: ms(end.Sub(e.CreatedAt))})
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+// recent runs q on the index; an empty domain merges every domain's page.
+func (h *Handler) recent(ctx context.Context, q Query) (Page, error) {
+	if q.Domain != "" {
+		return h.cfg.index.Recent(ctx, q)
+	}
+	domains, err := h.cfg.index.Domains(ctx, q.Scope)
+	if err != nil {
+		return Page{}, err
+	}
+	var all []Entry
+	var out Page
+	floor := "" // every domain is read down to here
+	for _, d := range domains {
+		dq := q
+		dq.Domain = d
+		p, err := h.cfg.index.Recent(ctx, dq)
+		if err != nil {
+			return Page{}, err
+		}
+		out.Scanned += p.Scanned
+		all = append(all, p.Entries...)
+		if p.Next != "" && p.Next > floor {
+			floor = p.Next
+		}
+	}
+	slices.SortFunc(all, func(a, b Entry) int { return strings.Compare(b.TxID, a.TxID) })
+	if floor != "" {
+		i := 0
+		for i < len(all) && all[i].TxID >= floor {
+			i++
+		}
+		all = all[:i]
+	}
+	if len(all) > q.Limit {
+		all = all[:q.Limit]
+		out.Next = all[q.Limit-1].TxID
+	} else {
+		out.Next = floor
+	}
+	out.Entries = all
+	return out, nil
+}
+
+// verify reads the live state of each entry from the store (the index is
+// fed asynchronously and misses changes made without the orchestrator,
+// such as sagactl restore); an entry whose state moved is refreshed from
+// the saga row, written back to the index, and dropped when it no longer
+// passes the state filter.
+func (h *Handler) verify(ctx context.Context, entries []Entry, states []eventstore.State) ([]Entry, error) {
+	sr, ok := h.store.(eventstore.StateReader)
+	if !ok || len(entries) == 0 {
+		return entries, nil
+	}
+	out := make([]*Entry, len(entries))
+	sem := make(chan struct{}, verifyParallelism)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for i := range entries {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			e := entries[i]
+			st, err := sr.TransactionState(ctx, h.scope, e.TxID)
+			if err == nil && st != e.State {
+				var tx eventstore.Transaction
+				if tx, err = h.store.LoadTransaction(ctx, h.scope, e.TxID); err == nil {
+					e = EntryOf(&tx)
+					h.cfg.index.Observe(h.scope, e)
+				}
+			}
+			switch {
+			case errors.Is(err, eventstore.ErrNotFound):
+				return
+			case err != nil:
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				return
+			}
+			if stateIn(e.State, states) {
+				out[i] = &e
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	kept := make([]Entry, 0, len(entries))
+	for _, e := range out {
+		if e != nil {
+			kept = append(kept, *e)
+		}
+	}
+	return kept, nil
+}
+
+// validTxID checks a transaction id from a request.
+func validTxID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("empty transaction id")
+	case len(id) > 128:
+		return errors.New("transaction id longer than 128 bytes")
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) || r == '/' {
+			return fmt.Errorf("transaction id %.64q: unexpected character %q", id, r)
+		}
+	}
+	return nil
+}
+
+func (h *Handler) apiSearch(w http.ResponseWriter, r *http.Request) {
+	id := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("tx")))
+	if err := validTxID(id); err != nil {
+		writeError(w, http.StatusBadRequest, "search: %v (give ?tx=<transaction id>)", err)
+		return
+	}
+	tx, err := h.store.LoadTransaction(r.Context(), h.scope, id)
+	switch {
+	case errors.Is(err, eventstore.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no saga %s in %s/%s/%s", id, h.scope.Region, h.scope.Cluster, h.scope.Service)
+		return
+	case errors.Is(err, eventstore.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "search: %v", err)
+		return
+	case err != nil:
+		h.storeError(w, "search", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"saga": EntryOf(&tx)})
+}
+
+func (h *Handler) apiSaga(w http.ResponseWriter, r *http.Request, id string) {
+	if err := validTxID(id); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx := r.Context()
+	tx, err := h.store.LoadTransaction(ctx, h.scope, id)
+	switch {
+	case errors.Is(err, eventstore.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no saga %s in %s/%s/%s", id, h.scope.Region, h.scope.Cluster, h.scope.Service)
+		return
+	case errors.Is(err, eventstore.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	case err != nil:
+		h.storeError(w, "read saga", err)
+		return
+	}
+	tryouts, err := h.store.Tryouts(ctx, h.scope, id)
+	if err != nil {
+		h.storeError(w, "read history", err)
+		return
+	}
+	var frozen *eventstore.FrozenTransaction
+	if tx.State == eventstore.StateDisabled || tx.State == eventstore.StateCompensationFailed || tx.State == eventstore.StateRetryPending {
+		f, err := h.store.GetFrozen(ctx, h.scope, id)
+		switch {
+		case err == nil:
+			frozen = &f
+		case !errors.Is(err, eventstore.ErrNotFound):
+			h.storeError(w, "read frozen copy", err)
+			return
+		}
+	}
+	d := buildDetail(&tx, tryouts, frozen, h.cfg.now())
+	d.Actions = h.actionsFor(&tx)
+	writeJSON(w, http.StatusOK, d)
+}
+
+// actionsFor lists the enabled admin actions that apply to tx now.
+func (h *Handler) actionsFor(tx *eventstore.Transaction) []string {
+	out := []string{}
+	for _, a := range h.cfg.admin.actions() {
+		ok := false
+		switch a {
+		case ActionRestore:
+			ok = tx.State == eventstore.StateDisabled || tx.State == eventstore.StateRetryPending ||
+				(tx.State == eventstore.StateCompensationFailed && tx.Kind == kindRevert)
+		case ActionRedrive:
+			ok = tx.State == eventstore.StateRetryPending
+		case ActionResend:
+			ok = awaitsReply(tx.State)
+		case ActionResume:
+			ok = tx.State == eventstore.StatePaused
+		}
+		if ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// maxActionBody bounds an admin POST's body.
+const maxActionBody = 64 << 10
+
+// resumeBody is the body of the resume action.
+type resumeBody struct {
+	CorrelationKey string          `json:"correlation_key"`
+	Context        json.RawMessage `json:"context"`
+}
+
+// apiAction runs an admin action. It needs admin enabled, a same-origin
+// (or non-browser) request, the bearer token and a JSON body: a
+// cross-site form cannot send the Authorization header nor a JSON content
+// type, and the page keeps the token out of cookies.
+func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action string) {
+	a := h.cfg.admin
+	if a == nil {
+		writeError(w, http.StatusForbidden, "admin actions are disabled on this Trace Window (read-only)")
+		return
+	}
+	if err := h.cop.Check(r); err != nil {
+		writeError(w, http.StatusForbidden, "cross-origin request refused: %v", err)
+		return
+	}
+	auth := r.Header.Get("Authorization")
+	scheme, tok, _ := strings.Cut(auth, " ")
+	if !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="stacksaga-trace-window"`)
+		writeError(w, http.StatusUnauthorized, "admin actions need Authorization: Bearer <token>")
+		return
+	}
+	if sum := sha256.Sum256([]byte(strings.TrimSpace(tok))); subtle.ConstantTimeCompare(sum[:], h.token[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="stacksaga-trace-window", error="invalid_token"`)
+		h.cfg.logger.Warn("tracewindow: admin action refused: wrong token", "action", action, "tx", id, "remote", r.RemoteAddr)
+		writeError(w, http.StatusUnauthorized, "wrong admin token")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "admin actions take Content-Type: application/json (form posts are refused)")
+		return
+	}
+	if err := validTxID(id); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxActionBody+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "read body: %v", err)
+		return
+	}
+	if len(body) > maxActionBody {
+		writeError(w, http.StatusRequestEntityTooLarge, "body over %d bytes", maxActionBody)
+		return
+	}
+	if len(strings.TrimSpace(string(body))) > 0 && !json.Valid(body) {
+		writeError(w, http.StatusBadRequest, "body is not JSON")
+		return
+	}
+	ctx := r.Context()
+	switch action {
+	case ActionRestore:
+		err = call(ctx, a.Restore, id)
+	case ActionRedrive:
+		err = call(ctx, a.Redrive, id)
+	case ActionResend:
+		err = call(ctx, a.Resend, id)
+	case ActionResume:
+		if a.Resume == nil {
+			err = errNotEnabled
+			break
+		}
+		var rb resumeBody
+		if len(body) > 0 {
+			if jerr := json.Unmarshal(body, &rb); jerr != nil {
+				writeError(w, http.StatusBadRequest, "resume body: %v", jerr)
+				return
+			}
+		}
+		if rb.CorrelationKey == "" {
+			writeError(w, http.StatusBadRequest, `resume needs {"correlation_key": "...", "context": {...}}`)
+			return
+		}
+		err = a.Resume(ctx, id, rb.CorrelationKey, rb.Context)
+	default:
+		writeError(w, http.StatusNotFound, "unknown admin action %.32q: want one of %s", action, strings.Join([]string{ActionRestore, ActionRedrive, ActionResend, ActionResume}, ", "))
+		return
+	}
+	log := h.cfg.logger.With("action", action, "tx", id, "remote", r.RemoteAddr)
+	switch {
+	case errors.Is(err, errNotEnabled):
+		writeError(w, http.StatusNotFound, "admin action %s is not enabled on this Trace Window", action)
+		return
+	case errors.Is(err, eventstore.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no saga %s", id)
+		return
+	case errors.Is(err, recovery.ErrNotRestorable), errors.Is(err, orchestrator.ErrNotRetryPending), errors.Is(err, orchestrator.ErrNotInFlight):
+		log.Info("tracewindow: admin action refused", "err", err)
+		writeError(w, http.StatusConflict, "%v", err)
+		return
+	case err != nil:
+		log.Warn("tracewindow: admin action failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "%s %s: %v", action, id, err)
+		return
+	}
+	log.Info("tracewindow: admin action done")
+	doc := map[string]any{"ok": true, "action": action, "tx_id": id}
+	if tx, err := h.store.LoadTransaction(ctx, h.scope, id); err == nil {
+		e := EntryOf(&tx)
+		if h.cfg.index != nil {
+			h.cfg.index.Observe(h.scope, e)
+		}
+		doc["saga"] = e
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+var errNotEnabled = errors.New("tracewindow: action not enabled")
+
+func call(ctx context.Context, f func(context.Context, string) error, id string) error {
+	if f == nil {
+		return errNotEnabled
+	}
+	return f(ctx, id)
+}
