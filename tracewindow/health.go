@@ -21,13 +21,13 @@ type Health struct {
 	InFlight int `json:"in_flight"`
 	// ByState counts every saga of the window by state; InFlightByDomain
 	// the sagas in flight by domain and state.
-	ByState          map[eventstore.State]int                       `json:"by_state"`
-	InFlightByDomain map[string]map[eventstore.State]int            `json:"in_flight_by_domain"`
-	ByDomain         map[string]map[eventstore.State]int            `json:"by_domain"`
-	Oldest           *OldestInFlight                                `json:"oldest_in_flight"`
-	RetryPending     int                                            `json:"retry_pending"`
-	Disabled         int                                            `json:"disabled"`
-	Terminated       int                                            `json:"terminated"`
+	ByState          map[eventstore.State]int            `json:"by_state"`
+	InFlightByDomain map[string]map[eventstore.State]int `json:"in_flight_by_domain"`
+	ByDomain         map[string]map[eventstore.State]int `json:"by_domain"`
+	Oldest           *OldestInFlight                     `json:"oldest_in_flight"`
+	RetryPending     int                                 `json:"retry_pending"`
+	Disabled         int                                 `json:"disabled"`
+	Terminated       int                                 `json:"terminated"`
 	// RetryRegistered counts the sagas with a retry registered in the
 	// recovery directory (recovery.ListRetryPending's candidates); Frozen
 	// the rows of the frozen table.
