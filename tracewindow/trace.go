@@ -378,6 +378,7 @@ func buildTimeline(tx *eventstore.Transaction, tryouts []eventstore.Tryout, now 
 			seg.Label = segLabel(seg)
 			l.Segments = append(l.Segments, seg)
 			l.Attempts++
+			l.DurationMS += seg.DurationMS
 			l.Outcome = "running"
 		}
 	}

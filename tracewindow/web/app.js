@@ -391,7 +391,7 @@
         s.restore_watchdog ? fact('Restore watchdog', s.restore_watchdog.day + ' slot ' + s.restore_watchdog.minute_of_day + ' bucket ' + s.restore_watchdog.bucket) : null,
         s.frozen ? fact('Frozen', fmtTime(s.frozen.frozen_at) + ' as ' + s.frozen.state) : null,
         traceLink(s.tx_id)),
-      s.error ? el('div', { class: 'error-box', id: 'saga-error', text: s.error }) : null,
+      s.error ? el('div', { class: 'error-box', id: 'saga-error', text: (s.state === 'COMPLETED' ? 'last error (the saga recovered from it): ' : '') + s.error }) : null,
       s.frozen && s.frozen.reason && s.frozen.reason !== s.error ? el('div', { class: 'error-box', text: 'frozen: ' + s.frozen.reason }) : null,
       actionButtons(d));
     view.appendChild(head);
@@ -497,8 +497,9 @@
         'data-outcome': l.outcome, 'data-duration-ms': l.duration_ms,
       },
       el('div', { class: 'tl-label', title: l.endpoint },
-        el('span', { class: 'kind', text: rev ? '↩ revert' : '→ ' + l.span }),
-        el('span', { class: 'name', text: l.endpoint }),
+        el('span', { class: 'kind', text: rev ? '↩ ' + l.span : '→ ' + l.span }),
+        el('span', { class: 'name', text: epName(l.endpoint) }),
+        el('span', { class: 'svc', text: epService(l.endpoint) }),
         el('span', { class: 'tl-dur', text: fmtDur(l.duration_ms) + (l.attempts > 1 ? ' · ' + l.attempts + ' attempts' : '') + (l.outcome && l.outcome !== 'ok' ? ' · ' + l.outcome : '') })),
       track));
     });
@@ -508,6 +509,10 @@
     })));
     return panel;
   }
+
+  // "service/endpoint[#query]" -> its parts.
+  function epName(q) { var i = q.indexOf('/'); return (i >= 0 ? q.slice(i + 1) : q).replace(/#query$/, ' (query)'); }
+  function epService(q) { var i = q.indexOf('/'); return i >= 0 ? q.slice(0, i) : ''; }
 
   function openStep(index) {
     if (!index) return;
