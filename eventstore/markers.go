@@ -55,7 +55,10 @@ type Markers interface {
 	// outcome the store retries, and a retry that finds the marker written
 	// with the same Owner and State reports applied=true.
 	InsertMarker(ctx context.Context, m Marker, lease time.Duration) (applied bool, existing Marker, err error)
-	// PutMarker writes m permanently (TTL 0), replacing any lease.
+	// PutMarker writes m, replacing any lease, with a TTL of m.TTL rounded
+	// up to whole seconds (0: permanent). Guards record committed markers
+	// with a retention TTL (longer than the transaction lifetime), so that
+	// they outlive their saga and a late duplicate still finds them.
 	PutMarker(ctx context.Context, m Marker) error
 	// GetMarker reads a marker; ErrNotFound if absent or expired.
 	GetMarker(ctx context.Context, key MarkerKey) (Marker, error)

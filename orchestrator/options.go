@@ -45,6 +45,7 @@ type config struct {
 	fault      func(FaultPoint, string) bool
 
 	stateCacheSize int
+	markerCleanup  bool
 }
 
 func defaultConfig() config {
@@ -224,3 +225,13 @@ func WithFaultInjection(f func(p FaultPoint, txID string) bool) Option {
 // every reply reads the saga row). A saga beyond the bound is read from the
 // store when its reply comes.
 func WithStateCacheSize(n int) Option { return optFunc(func(c *config) { c.stateCacheSize = n }) }
+
+// WithMarkerCleanup makes the orchestrator delete a saga's execution
+// markers with one partition delete when the saga ends (the seed's
+// cleanup). By default it does not: the guards write committed markers with
+// a retention TTL (writeprotect.Config.MarkerRetention) and they expire by
+// themselves, which lets a late duplicate find its step's marker without a
+// read of the saga's state. With cleanup on, the workers' guards need
+// writeprotect.WithTerminalFence, or a duplicate arriving after the end
+// runs its step again.
+func WithMarkerCleanup() Option { return optFunc(func(c *config) { c.markerCleanup = true }) }

@@ -344,9 +344,10 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 	return nil
 }
 
-// cleanUp runs once a saga is terminal: it removes the saga's execution
-// markers with one partition delete and, concurrently, its restore
-// watchdog. A failure is logged, not returned: the saga's state is already
+// cleanUp runs once a saga is terminal: it removes the saga's restore
+// watchdog and, with WithMarkerCleanup, concurrently its execution markers
+// with one partition delete (by default they expire by their retention TTL,
+// so that a late duplicate still finds them). A failure is logged, not returned: the saga's state is already
 // durable, and retrying the reply would find it stale (a watchdog left
 // behind is dropped by its pickup, which finds the saga terminal).
 func (o *Orchestrator[T]) cleanUp(ctx context.Context, tx *eventstore.Transaction) {
@@ -365,9 +366,11 @@ func (o *Orchestrator[T]) cleanUp(ctx context.Context, tx *eventstore.Transactio
 			})
 		}()
 	}
-	o.bounded(ctx, "delete the execution markers of", tx.TxID, func() error {
-		return o.store.DeleteMarkers(ctx, o.scope, tx.TxID)
-	})
+	if o.cfg.markerCleanup {
+		o.bounded(ctx, "delete the execution markers of", tx.TxID, func() error {
+			return o.store.DeleteMarkers(ctx, o.scope, tx.TxID)
+		})
+	}
 	wg.Wait()
 }
 

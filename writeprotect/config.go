@@ -84,14 +84,28 @@ type Config struct {
 	// Domains overrides the defaults per saga domain (the command's
 	// topics.Envelope.Domain), keyed by domain name (domains.<name>).
 	Domains map[string]DomainConfig
+	// MarkerRetention (marker-retention) is how long a committed marker
+	// outlives its step: long enough that a late duplicate, or a step
+	// re-sent by recovery, still finds it after the saga ended. It must be
+	// longer than the transaction lifetime (24h by default). 0 means
+	// DefaultMarkerRetention (48h); a negative value keeps markers until
+	// the orchestrator deletes them (orchestrator.WithMarkerCleanup, which
+	// then needs the guard's WithTerminalFence).
+	MarkerRetention time.Duration
 }
+
+// DefaultMarkerRetention is the default Config.MarkerRetention: twice the
+// default transaction lifetime.
+const DefaultMarkerRetention = 48 * time.Hour
 
 // keyPrefix is the prefix of every configuration key.
 const keyPrefix = "stacksaga.cassandra.write-protection."
 
 // DefaultConfig returns the defaults: RELAXED_WITH_DEDUP with a 5s lease,
 // no domain overrides.
-func DefaultConfig() Config { return Config{DefaultMode: DefaultMode, DefaultLease: DefaultLease} }
+func DefaultConfig() Config {
+	return Config{DefaultMode: DefaultMode, DefaultLease: DefaultLease, MarkerRetention: DefaultMarkerRetention}
+}
 
 // withDefaults fills the zero defaults.
 func (c Config) withDefaults() Config {
@@ -101,7 +115,16 @@ func (c Config) withDefaults() Config {
 	if c.DefaultLease == 0 {
 		c.DefaultLease = DefaultLease
 	}
+	if c.MarkerRetention == 0 {
+		c.MarkerRetention = DefaultMarkerRetention
+	}
 	return c
+}
+
+// retention is the TTL of committed markers (0: permanent).
+func (c Config) retention() time.Duration {
+	c = c.withDefaults()
+	return max(c.MarkerRetention, 0)
 }
 
 // Resolve returns the effective mode and lease of domain.
@@ -144,6 +167,9 @@ func (c Config) validate(skew time.Duration) error {
 		p.Add("default-mode", "unknown mode %q (want %s or %s)", string(c.DefaultMode), Strict, RelaxedWithDedup)
 	}
 	lease("default-lease-duration", c.DefaultLease)
+	if c.MarkerRetention > 0 && c.MarkerRetention < time.Hour {
+		p.Add("marker-retention", "must be at least 1h (longer than the transaction lifetime), or negative for none, got %v", c.MarkerRetention)
+	}
 	for name, d := range c.Domains {
 		if strings.TrimSpace(name) == "" {
 			p.Add("domains", "empty domain name")
@@ -171,6 +197,7 @@ type file struct {
 type rawConfig struct {
 	DefaultMode  *string              `yaml:"default-mode"`
 	DefaultLease *string              `yaml:"default-lease-duration"`
+	Retention    *string              `yaml:"marker-retention"`
 	Domains      map[string]rawDomain `yaml:"domains"`
 }
 
@@ -232,6 +259,7 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 	}
 	mode("default-mode", raw.DefaultMode, &c.DefaultMode)
 	dur("default-lease-duration", raw.DefaultLease, &c.DefaultLease)
+	dur("marker-retention", raw.Retention, &c.MarkerRetention)
 	if len(raw.Domains) > 0 {
 		c.Domains = make(map[string]DomainConfig, len(raw.Domains))
 		for name, rd := range raw.Domains {

@@ -100,7 +100,7 @@ func New(store Store, cfg Config, opts ...Option) (*Guard, error) {
 		commitTimeout:  DefaultCommitTimeout,
 		clockSkew:      DefaultClockSkew,
 		maxLeaseWait:   DefaultMaxLeaseWait,
-		fence:          true,
+		fence:          false,
 	}
 	for _, opt := range opts {
 		opt.apply(&o)
@@ -507,7 +507,7 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 		}
 		return reply
 	}
-	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec}
+	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec, TTL: x.g.cfg.retention()}
 	delay := x.g.opts.backoffInitial
 	for attempt := 1; ; attempt++ {
 		err = x.g.store.PutMarker(cctx, m)

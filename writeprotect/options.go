@@ -81,13 +81,21 @@ func WithCommitTimeout(d time.Duration) Option {
 	return optFunc(func(o *options) { o.commitTimeout = d })
 }
 
-// WithoutTerminalFence turns off the terminal fence: by default, before
-// running a step whose marker it did not find, the guard reads the saga's
-// state (eventstore.StateReader if the store has it, else
-// Store.LoadTransaction; one read) and drops the command if the saga is
-// terminal, because the orchestrator deletes a terminal saga's markers
-// and a late duplicate would otherwise run again. Turn it off only when the
-// worker's store does not hold the orchestrator's saga rows.
+// WithTerminalFence turns on the terminal fence: before running a step
+// whose marker it did not find, the guard reads the saga's state
+// (eventstore.StateReader if the store has it, else Store.LoadTransaction;
+// one read per executed step) and drops the command if the saga is
+// terminal. It is needed only when markers do not outlive their saga: when
+// the orchestrator deletes them at the end (orchestrator.WithMarkerCleanup)
+// or Config.MarkerRetention is shorter than a duplicate may arrive late.
+// By default committed markers are kept for Config.MarkerRetention, a late
+// duplicate finds its step's marker, and the fence is off.
+func WithTerminalFence() Option {
+	return optFunc(func(o *options) { o.fence = true })
+}
+
+// WithoutTerminalFence turns the terminal fence off (the default; see
+// WithTerminalFence).
 func WithoutTerminalFence() Option {
 	return optFunc(func(o *options) { o.fence = false })
 }

@@ -80,12 +80,13 @@ func markerFromCAS(k eventstore.MarkerKey, prev map[string]any, now time.Time) e
 	return m
 }
 
-// PutMarker writes m without TTL, replacing any lease.
+// PutMarker writes m with a TTL of m.TTL (0: none), replacing any lease.
 func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
 	if err := s.check(ctx, m.MarkerKey.Validate()); err != nil {
 		return err
 	}
-	return s.exec(ctx, "put marker", s.st.putMarker, markerValues(m, time.Time{}, s.now())...)
+	ttl := int(eventstore.CeilSeconds(m.TTL) / time.Second)
+	return s.exec(ctx, "put marker", s.st.putMarker, append(markerValues(m, time.Time{}, s.now()), ttl)...)
 }
 
 func scanMarker(scan func(...any) error, scope eventstore.Scope, txID string) (eventstore.Marker, error) {

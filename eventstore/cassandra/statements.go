@@ -41,7 +41,7 @@ const (
 	cqlSelectFrozenAfter = `SELECT transaction_id, domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, lifetime_start, created_at, updated_at, reason, frozen_at FROM {ks}.es_frozen_transaction WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id > ? LIMIT ?`
 
 	cqlInsertMarkerIfNotExists = `INSERT INTO {ks}.es_execution_markers (region, cluster, service_name, transaction_id, span, kind, site, state, owner, reply, lease_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?`
-	cqlPutMarker               = `INSERT INTO {ks}.es_execution_markers (region, cluster, service_name, transaction_id, span, kind, site, state, owner, reply, lease_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	cqlPutMarker               = `INSERT INTO {ks}.es_execution_markers (region, cluster, service_name, transaction_id, span, kind, site, state, owner, reply, lease_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?`
 	cqlSelectMarker            = `SELECT span, kind, site, state, owner, reply, updated_at, TTL(state) FROM {ks}.es_execution_markers WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? AND span = ? AND kind = ? AND site = ?`
 	cqlSelectMarkers           = `SELECT span, kind, site, state, owner, reply, updated_at, TTL(state) FROM {ks}.es_execution_markers WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
 	cqlDeleteMarker            = `DELETE FROM {ks}.es_execution_markers WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? AND span = ? AND kind = ? AND site = ?`

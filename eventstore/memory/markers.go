@@ -89,7 +89,7 @@ func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
 		part = make(map[markerCK]markerRec)
 		sh.markers[pk] = part
 	}
-	part[markerCK{m.Span, m.Kind, m.Site}] = s.markerRec(m, 0, now)
+	part[markerCK{m.Span, m.Kind, m.Site}] = s.markerRec(m, eventstore.CeilSeconds(m.TTL), now)
 	return nil
 }
 

@@ -370,3 +370,31 @@ func testMarkerTTLFromWholeSecond(t *testing.T, e *env) {
 	}
 	t.Fatal("no insert was answered in the second it was sent (inserts too slow?)")
 }
+
+// testPutMarkerTTL: a marker put with a TTL (a committed marker's
+// retention) expires; one put without stays.
+func testPutMarkerTTL(t *testing.T, e *env) {
+	ctx := t.Context()
+	const tx = "tx-put-ttl"
+	k := markerKey(e.scope, tx, 0, "process", "worker:a")
+	perm := markerKey(e.scope, tx, 1, "process", "worker:a")
+	must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: perm, State: eventstore.MarkerCommitted, Owner: "p"}), "PutMarker permanent")
+	e.advanceToFraction(0)
+	must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", Reply: []byte("r"), TTL: 1500 * time.Millisecond}), "PutMarker with a TTL")
+	got, err := e.store.GetMarker(ctx, k)
+	must(t, err, "GetMarker of a fresh marker with a TTL")
+	if got.State != eventstore.MarkerCommitted || string(got.Reply) != "r" {
+		t.Fatalf("marker read back %+v", got)
+	}
+	e.advance(2500 * time.Millisecond)
+	e.eventually(t, "marker with a TTL expired", 500*time.Millisecond, func() bool {
+		_, err := e.store.GetMarker(ctx, k)
+		if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+			t.Fatalf("GetMarker: %v", err)
+		}
+		return err != nil
+	})
+	if _, err := e.store.GetMarker(ctx, perm); err != nil {
+		t.Fatalf("the permanent marker: %v", err)
+	}
+}

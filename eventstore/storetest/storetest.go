@@ -101,6 +101,7 @@ var tests = []test{
 	{"LoadMissing", testLoadMissing},
 	{"TransactionState", testTransactionState},
 	{"TransitionOverwrites", testTransitionOverwrites},
+	{"PutMarkerTTL", testPutMarkerTTL},
 	{"TransitionFenced", testTransitionFenced},
 	{"TryoutsOrdered", testTryoutsOrdered},
 	{"ScopeIsolation", testScopeIsolation},
