@@ -134,6 +134,8 @@ type Transaction struct {
 	RestorePath *RecoveryPath
 	// PausedUntil is the deadline of a paused span (zero: no deadline).
 	PausedUntil time.Time
+	// PauseEvent names what a PAUSED saga waits for.
+	PauseEvent string
 	// LifetimeStart is when the saga's transaction lifetime started
 	// counting: zero means CreatedAt; an admin's restore of a DISABLED
 	// saga sets it to the time of the restore (see Lifetime).

@@ -40,6 +40,7 @@ const (
 	decideSend decisionKind = iota + 1
 	decideComplete
 	decideFail
+	decidePause
 )
 
 // Decision is what OnNext and OnNextRevert return: send a command to a step,
@@ -51,6 +52,8 @@ type Decision struct {
 	// span pins the forward span a compensation undoes (Compensate).
 	span    int
 	hasSpan bool
+	// deadline of a Pause.
+	deadline time.Duration
 }
 
 // Send decides to send a command to endpoint of service.
@@ -73,6 +76,19 @@ func Complete() Decision { return Decision{kind: decideComplete} }
 // Fail decides a non-retryable error. From OnNext it starts compensation;
 // from OnNextRevert it terminates the saga (COMPENSATION_FAILED).
 func Fail(reason string) Decision { return Decision{kind: decideFail, reason: reason} }
+
+// Pause decides to pause the saga after the step that just succeeded (in
+// OnNext: before the next forward step; in OnNextRevert: before the next
+// compensation) until Orchestrator.Resume continues it, the correlation key
+// being that step's idempotency key. event names what the saga waits for.
+// With deadline > 0 the step is invoked again (next attempt, against the
+// entity as it was before it) once the deadline passes with no resume; 0
+// waits for ever. A deadline beyond the transaction lifetime fails the
+// step. A worker's handler can pause too (worker.Step.Pause). After the
+// resume, the decision function is asked again with Saga.Resume set.
+func Pause(event string, deadline time.Duration) Decision {
+	return Decision{kind: decidePause, reason: event, deadline: deadline}
+}
 
 // StepResult is the outcome of the step a decision follows.
 type StepResult struct {
@@ -103,6 +119,13 @@ type Saga[T any] struct {
 	Completed []CompletedStep
 	Hints     map[string]string
 	Error     string
+	// PauseEvent and PausedUntil describe a PAUSED saga (PausedUntil is
+	// zero without a deadline).
+	PauseEvent  string
+	PausedUntil time.Time
+	// Resume is the context the saga was resumed with, when the decision
+	// follows a resume (nil otherwise).
+	Resume    map[string]string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,6 +40,13 @@ type rig struct {
 	// retryCharge fails every charge attempt retryably.
 	retryChargeOnce atomic.Bool
 	retryCharge     atomic.Bool
+	// pauseCharge makes charge's first attempt pause the saga (deadline
+	// pauseDeadline); pauseRefund makes charge's compensation pause.
+	pauseCharge   atomic.Bool
+	pauseRefund   atomic.Bool
+	pauseDeadline atomic.Int64                 // ns
+	seen          map[string][]order           // tx/span/kind/attempt → entity the handler got
+	resumed       map[string]map[string]string // tx/span/kind → resume context the handler got
 
 	mu      sync.Mutex
 	reverts map[string][]string // tx → compensations in call order
@@ -83,6 +91,7 @@ func newRig(t *testing.T, storeKind string) *rig {
 		t: t, brokers: testenv.KafkaBrokers(t),
 		domain: "order-" + u, svcStock: "stock-" + u, svcPay: "pay-" + u,
 		store: newStore(t, storeKind), reverts: map[string][]string{}, runs: map[string]int{},
+		seen: map[string][]order{}, resumed: map[string]map[string]string{},
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
 	if err != nil {
@@ -107,6 +116,20 @@ func (r *rig) sagaDomain() orchestrator.Domain[order] {
 	)}
 }
 
+// count returns how many sagas ran span's kind at least once.
+func (r *rig) count(span int, kind topics.Kind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	suffix := fmt.Sprintf("/%d/%s", span, kind)
+	for k := range r.runs {
+		if strings.HasSuffix(k, suffix) {
+			n++
+		}
+	}
+	return n
+}
+
 // runsOf returns how often the handler of tx's span and kind ran.
 func (r *rig) runsOf(tx string, span int, kind topics.Kind) int {
 	r.mu.Lock()
@@ -126,6 +149,22 @@ func (r *rig) record(s *worker.Step) {
 func (r *rig) handler(name string) func(context.Context, *worker.Step, order) (order, error) {
 	return func(_ context.Context, s *worker.Step, in order) (order, error) {
 		r.record(s)
+		r.mu.Lock()
+		r.seen[fmt.Sprintf("%s/%d/%s/%d", s.TxID, s.Span, s.Kind, s.Attempt)] = append(r.seen[fmt.Sprintf("%s/%d/%s/%d", s.TxID, s.Span, s.Kind, s.Attempt)], in)
+		if rc := s.Resumed(); rc != nil {
+			r.resumed[fmt.Sprintf("%s/%d/%s", s.TxID, s.Span, s.Kind)] = rc
+		}
+		r.mu.Unlock()
+		if name == "charge" && s.Kind == topics.KindProcess && r.pauseCharge.Load() && s.Attempt == 1 {
+			in.Steps = append(in.Steps, "process:charge-initiated")
+			s.Pause("PAYMENT_AUTHORISATION", time.Duration(r.pauseDeadline.Load()))
+			return in, nil
+		}
+		if name == "charge" && s.Kind == topics.KindRevert && r.pauseRefund.Load() {
+			in.Steps = append(in.Steps, "revert:refund-initiated")
+			s.Pause("REFUND_INITIATED", 0)
+			return in, nil
+		}
 		if name == "charge" {
 			if d := r.slowPay.Load(); d > 0 {
 				time.Sleep(time.Duration(d) * time.Millisecond)

@@ -82,6 +82,7 @@ type Orchestrator[T any] struct {
 	rec          *recovery.Writer
 	engine       *recovery.Engine
 	restoreAfter time.Duration
+	win          recovery.Windows
 	redriver     recovery.Redriver
 
 	mu        sync.Mutex // guards closed, cancelRun
@@ -438,6 +439,9 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 	}
 	s := &Saga[T]{TxID: txID, Domain: o.domain.Name, State: eventstore.StateStarted, Entity: entity, Span: -1, CreatedAt: now, UpdatedAt: now}
 	d := o.decide(ctx, o.domain.OnNext, s)
+	if d.kind == decidePause {
+		d = Fail("OnNext paused before the first step: a pause follows a step that succeeded")
+	}
 	tx := eventstore.Transaction{
 		Scope: o.scope, TxID: txID, Domain: o.domain.Name, State: eventstore.StateStarted,
 		Version: 1, Payload: payload, CreatedAt: now, UpdatedAt: now,
@@ -612,6 +616,7 @@ func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transactio
 		IdempotencyKey: topics.IdempotencyKey(tx.TxID, tx.Span, kind), Attempt: tx.Attempt,
 		ReplyTo: o.cbTopic, Payload: tx.Payload, SentAt: o.cfg.now(),
 	}
+	env.ResumeContext = resumeFrom(ctx)
 	if kind == topics.KindRevert {
 		env.Hints = tx.Hints
 		// Only completed spans are compensated (sendRevert checks it).
@@ -654,6 +659,7 @@ func (o *Orchestrator[T]) view(tx *eventstore.Transaction, last *StepResult) (*S
 	s := &Saga[T]{
 		TxID: tx.TxID, Domain: tx.Domain, State: tx.State, Span: tx.Span, Kind: tx.Kind,
 		Attempt: tx.Attempt, Last: last, Hints: tx.Hints, Error: tx.Error,
+		PauseEvent: tx.PauseEvent, PausedUntil: tx.PausedUntil,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt,
 	}
 	s.Step.Service, s.Step.Endpoint = parseQualified(tx.Endpoint)

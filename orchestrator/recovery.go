@@ -26,6 +26,7 @@ func (o *Orchestrator[T]) initRecovery() error {
 		return fmt.Errorf("orchestrator: recovery: %w", err)
 	}
 	o.restoreAfter = win.Interval() * time.Duration(cfg.RestoreDelay(o.domain.Name))
+	o.win = win
 	w, err := recovery.NewWriter(o.store, cfg, recovery.WithClock(o.cfg.now), recovery.WithLogger(o.cfg.logger))
 	if err != nil {
 		return fmt.Errorf("orchestrator: recovery: %w", err)
@@ -151,6 +152,8 @@ func (o *Orchestrator[T]) redriveEntry(ctx context.Context, e eventstore.Recover
 		return o.disable(ctx, tx.TxID)
 	}
 	switch {
+	case tx.State == eventstore.StatePaused:
+		return o.redrivePaused(ctx, tx, e.Restore())
 	case tx.State == eventstore.StateRetryPending:
 		if err := o.redriveParked(ctx, tx.TxID); err != nil {
 			return err
@@ -161,8 +164,6 @@ func (o *Orchestrator[T]) redriveEntry(ctx context.Context, e eventstore.Recover
 		return nil
 	case !e.Restore():
 		return nil // a retry entry of a saga that moved on (re-driven already)
-	case tx.State == eventstore.StatePaused:
-		return recovery.Later(0, "paused")
 	case !awaitsReply(tx.State):
 		return nil
 	case now.Sub(tx.UpdatedAt) < o.restoreAfter:

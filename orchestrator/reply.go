@@ -113,9 +113,15 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 			if env.Hints != nil {
 				tx.Hints = env.Hints
 			}
+			if p := env.Pause; p != nil {
+				return o.pause(ctx, tx, p.Event, time.Duration(p.DeadlineMs)*time.Millisecond, tryout, from, last)
+			}
 			return o.next(ctx, tx, o.domain.OnNextRevert, last, tryout, from)
 		}
 		tx.Completed = append(tx.Completed, eventstore.CompletedSpan{Span: tx.Span, Endpoint: tx.Endpoint, Compensable: !isQuery(tx.Endpoint)})
+		if p := env.Pause; p != nil {
+			return o.pause(ctx, tx, p.Event, time.Duration(p.DeadlineMs)*time.Millisecond, tryout, from, last)
+		}
 		return o.next(ctx, tx, o.domain.OnNext, last, tryout, from)
 	case topics.OutcomeRetryable:
 		tx.Error = env.Error
@@ -177,8 +183,11 @@ func (o *Orchestrator[T]) next(ctx context.Context, tx *eventstore.Transaction, 
 	if err != nil {
 		return o.failDecode(ctx, tx, err, tryout, from, last)
 	}
+	s.Resume = resumeFrom(ctx)
 	d := o.decide(ctx, f, s)
 	switch d.kind {
+	case decidePause:
+		return o.pause(ctx, tx, d.reason, d.deadline, tryout, from, last)
 	case decideSend:
 		if forward {
 			tx.Span++
@@ -216,6 +225,9 @@ func (o *Orchestrator[T]) compensate(ctx context.Context, tx *eventstore.Transac
 	}
 	s.State = eventstore.StateCompensating
 	d := o.decide(ctx, o.domain.OnNextRevert, s)
+	if d.kind == decidePause {
+		d = Fail("OnNextRevert paused before any compensation ran: a pause follows a step that succeeded")
+	}
 	switch d.kind {
 	case decideSend:
 		return o.sendRevert(ctx, tx, d, tryout, from, last)

@@ -100,9 +100,28 @@ type Envelope struct {
 	SentAt time.Time `msgpack:"-"`
 	SentMs int64     `msgpack:"sent_ms"`
 
+	// ResumeContext, on a command, is what the Resume that continued a
+	// paused saga was given (a webhook's payload), handed to the resumed
+	// step's handler.
+	ResumeContext map[string]string `msgpack:"resume,omitempty"`
+
 	// Reply fields.
 	Outcome Outcome `msgpack:"outcome,omitempty"`
 	Error   string  `msgpack:"error,omitempty"`
+	// Pause, on an ok reply, asks the orchestrator to pause the saga after
+	// this step (a forward step: before the next one; a compensation:
+	// before the next compensation) until it is resumed or its deadline
+	// passes.
+	Pause *Pause `msgpack:"pause,omitempty"`
+}
+
+// Pause is a step's request to pause its saga.
+type Pause struct {
+	// Event names what the saga waits for ("PAYMENT_AUTHORISED").
+	Event string `msgpack:"event"`
+	// DeadlineMs is how long to wait, in milliseconds, before the paused
+	// step is invoked again; 0 waits for ever.
+	DeadlineMs int64 `msgpack:"deadline_ms,omitempty"`
 }
 
 // Errors returned by Decode.

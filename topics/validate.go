@@ -79,6 +79,22 @@ func (e *Envelope) Validate() error {
 	if e.Attempt < 1 {
 		return fmt.Errorf("%w: Attempt: %d, attempts count from 1", ErrMalformed, e.Attempt)
 	}
+	for k, v := range e.ResumeContext {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("%w: ResumeContext: entry %s is not valid UTF-8", ErrMalformed, quoteShort(k))
+		}
+	}
+	if p := e.Pause; p != nil {
+		switch {
+		case e.Type != TypeReply || e.Outcome != OutcomeOK:
+			return fmt.Errorf("%w: Pause: only an ok reply can pause", ErrMalformed)
+		case p.DeadlineMs < 0:
+			return fmt.Errorf("%w: Pause: negative deadline", ErrMalformed)
+		}
+		if err := checkID(p.Event, MaxIDBytes); err != nil {
+			return fmt.Errorf("%w: Pause.Event: %v", ErrMalformed, err)
+		}
+	}
 	for k, v := range e.Hints {
 		if !utf8.ValidString(k) {
 			return fmt.Errorf("%w: Hints: key %s is not valid UTF-8", ErrMalformed, quoteShort(k))
@@ -110,4 +126,16 @@ func quoteShort(s string) string {
 		return fmt.Sprintf("%q", s)
 	}
 	return fmt.Sprintf("%q… (%d bytes)", s[:64], len(s))
+}
+
+// ValidResumeEntry checks one entry of a resume context: valid UTF-8 and
+// no longer than MaxIDBytes (the key) or 64 KiB (the value).
+func ValidResumeEntry(key, value string) error {
+	if err := checkID(key, MaxIDBytes); err != nil || key == "" {
+		return fmt.Errorf("%w: resume context key %s: invalid (empty, too long or not valid UTF-8)", ErrMalformed, quoteShort(key))
+	}
+	if len(value) > 64<<10 || !utf8.ValidString(value) {
+		return fmt.Errorf("%w: resume context value of %s: over 64 KiB or not valid UTF-8", ErrMalformed, quoteShort(key))
+	}
+	return nil
 }

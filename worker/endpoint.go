@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -44,7 +46,64 @@ type Step struct {
 	// Trace holds the command's trace-context headers; do not modify it.
 	Trace map[string]string
 
-	hints map[string]string
+	hints  map[string]string
+	resume ResumeContext
+	pause  *topics.Pause
+}
+
+// ResumeContext is what the Resume that continued a paused saga was given
+// (say, a payment webhook's fields); see Step.Resumed.
+type ResumeContext map[string]string
+
+// Get returns the value under key.
+func (c ResumeContext) Get(key string) (string, bool) {
+	v, ok := c[key]
+	return v, ok
+}
+
+// String returns the value under key, or "" when there is none.
+func (c ResumeContext) String(key string) string { return c[key] }
+
+// Int returns the value under key as an int64.
+func (c ResumeContext) Int(key string) (int64, error) {
+	v, ok := c[key]
+	if !ok {
+		return 0, fmt.Errorf("worker: resume context has no %q", key)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("worker: resume context %q: %w", key, err)
+	}
+	return n, nil
+}
+
+// Bool returns the value under key as a bool (strconv.ParseBool).
+func (c ResumeContext) Bool(key string) (bool, error) {
+	v, ok := c[key]
+	if !ok {
+		return false, fmt.Errorf("worker: resume context has no %q", key)
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("worker: resume context %q: %w", key, err)
+	}
+	return b, nil
+}
+
+// Resumed returns the resume context when this step is the first one run
+// after its saga was resumed (nil otherwise).
+func (s *Step) Resumed() ResumeContext { return s.resume }
+
+// Pause asks the orchestrator to pause the saga once this step has
+// succeeded: going forward, before the next step; in compensation, before
+// the next compensation. The saga waits, holding no resources, for
+// Orchestrator.Resume with this step's IdempotencyKey as the correlation
+// key (hand it to the system that will call back). With deadline > 0, if no
+// resume came by then, this step is invoked again (next Attempt) against the
+// entity as it was before it, to re-check, re-request or fail; 0 waits for
+// ever. The handler must return a nil error for the pause to apply.
+func (s *Step) Pause(event string, deadline time.Duration) {
+	s.pause = &topics.Pause{Event: event, DeadlineMs: max(deadline, 0).Milliseconds()}
 }
 
 // Hint returns the value that an earlier compensation of this saga put

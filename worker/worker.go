@@ -554,6 +554,7 @@ func (w *Worker) execute(ctx context.Context, ep endpoint, cmd *topics.Envelope)
 		IdempotencyKey: cmd.IdempotencyKey,
 		Trace:          cmd.Trace,
 		hints:          cmd.Hints,
+		resume:         ResumeContext(cmd.ResumeContext),
 	}
 	defer func() {
 		if v := recover(); v != nil {
@@ -572,6 +573,7 @@ func (w *Worker) execute(ctx context.Context, ep endpoint, cmd *topics.Envelope)
 	case err == nil:
 		reply.Outcome = topics.OutcomeOK
 		reply.Payload = out
+		reply.Pause = s.pause
 	case IsRetryable(err):
 		reply.Outcome = topics.OutcomeRetryable
 		reply.Error = err.Error()

@@ -421,6 +421,15 @@ func (x *execution) relaxed(ctx context.Context) (*topics.Envelope, error) {
 // reply to send, or not done after waiting for a live lease (try again).
 func (x *execution) existing(ctx context.Context, m eventstore.Marker, w *waiter) (*topics.Envelope, bool, error) {
 	switch {
+	case m.State == eventstore.MarkerCommitted && x.supersedes(m):
+		// The recorded run paused its saga, and this is the step invoked
+		// again after the pause's deadline (a later attempt): it must run,
+		// not replay the pause. The old record goes; the caller tries
+		// again and finds no marker.
+		if err := x.g.store.DeleteMarker(ctx, m.MarkerKey); err != nil {
+			return nil, true, x.fail("delete the marker of a paused attempt", err)
+		}
+		return nil, false, nil
 	case m.State == eventstore.MarkerCommitted:
 		return x.recorded(ctx, m), true, nil
 	case m.State == eventstore.MarkerCompensatedEmpty && x.cmd.Kind == topics.KindProcess:
@@ -531,6 +540,17 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 // recorded returns the reply recorded in a committed marker, addressed to
 // cmd (its attempt and trace: a re-driven command gets a reply the
 // orchestrator accepts).
+// supersedes reports whether the command is a later attempt of a step whose
+// recorded run paused the saga: the re-invocation after the pause's
+// deadline.
+func (x *execution) supersedes(m eventstore.Marker) bool {
+	if x.cmd.Attempt <= 1 {
+		return false
+	}
+	rep, err := topics.Decode(m.Reply)
+	return err == nil && rep.Pause != nil && rep.Attempt < x.cmd.Attempt
+}
+
 func (x *execution) recorded(ctx context.Context, m eventstore.Marker) *topics.Envelope {
 	rep, err := topics.Decode(m.Reply)
 	if err != nil {

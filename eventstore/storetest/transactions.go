@@ -35,6 +35,7 @@ func fullTx(scope eventstore.Scope, id string) eventstore.Transaction {
 		RestorePath:   &eventstore.RecoveryPath{Day: time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC), MinuteOfDay: 189, InstanceID: "order-7f9c", Bucket: 3},
 		PausedUntil:   base.Add(time.Hour),
 		LifetimeStart: base.Add(2 * time.Hour),
+		PauseEvent:    "PAYMENT_AUTHORISED",
 		CreatedAt:     base,
 		UpdatedAt:     base.Add(1500 * time.Millisecond),
 	}
