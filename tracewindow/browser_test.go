@@ -419,6 +419,12 @@ func TestBrowserTraceWindow(t *testing.T) {
 	want[id] = eventstore.StateCompleted
 	retried = append(retried, id)
 	r.settle(want)
+	st := r.idx.Stats()
+	t.Logf("index cost: %d sagas, %d transitions observed, %d rows written in %d batches (%.2f rows per saga), %d domain row(s), dropped %d, failed %d",
+		len(want), st.Observed, st.Rows, st.Batches, float64(st.Rows)/float64(len(want)), st.Writes, st.Dropped, st.Failed)
+	if st.Dropped > 0 || st.Failed > 0 || st.Rows > st.Observed {
+		t.Fatalf("index writes: %+v", st)
+	}
 
 	b := newBrowser(t, r.artifact)
 

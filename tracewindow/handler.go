@@ -152,7 +152,7 @@ func WithAdmin(a Admin) Option { return func(c *config) { c.admin = &a } }
 func WithHealthWindow(d time.Duration) Option { return func(c *config) { c.healthWindow = d } }
 
 // WithHealthCache sets how long one health computation is served to every
-// caller before it is computed again. Default 2s.
+// caller before it is computed again. Default 5s.
 func WithHealthCache(d time.Duration) Option { return func(c *config) { c.healthTTL = d } }
 
 // WithRefresh sets how often the page polls a saga in flight. Default 2s.
@@ -182,7 +182,7 @@ type Handler struct {
 func New(store eventstore.Store, scope eventstore.Scope, opts ...Option) (*Handler, error) {
 	cfg := config{
 		logger: slog.Default(), now: func() time.Time { return time.Now().UTC() },
-		rcfg: recovery.DefaultConfig(), healthTTL: 2 * time.Second, refresh: 2 * time.Second,
+		rcfg: recovery.DefaultConfig(), healthTTL: 5 * time.Second, refresh: 2 * time.Second,
 	}
 	for _, o := range opts {
 		o(&cfg)

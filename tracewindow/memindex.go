@@ -16,7 +16,8 @@ const DefaultMemoryEntries = 100_000
 
 // MemoryIndex is an Index held in memory, for an orchestrator on the
 // in-memory store (the embedded default) and for tests. It keeps at most
-// a fixed number of sagas and forgets the oldest (by creation) beyond it.
+// a fixed number of sagas: beyond it, it forgets the oldest (by creation),
+// a 64th of the capacity at a time.
 // It is safe for concurrent use.
 type MemoryIndex struct {
 	max int
@@ -78,28 +79,41 @@ func (m *MemoryIndex) Observe(scope eventstore.Scope, e Entry) {
 	i, _ := slices.BinarySearch(d.ids, e.TxID)
 	d.ids = slices.Insert(d.ids, i, e.TxID)
 	m.total++
-	for m.total > m.max {
-		m.evictOldest()
+	if m.total > m.max {
+		// Forget a 64th at once, so that a full index does not copy its
+		// id slices at every new saga.
+		m.evict(m.total - m.max + m.max/64)
 	}
 }
 
-// evictOldest drops the saga with the lowest id of all. m.mu is held.
-func (m *MemoryIndex) evictOldest() {
-	var oldest *memDomain
-	for _, doms := range m.scopes {
-		for _, d := range doms {
-			if len(d.ids) > 0 && (oldest == nil || d.ids[0] < oldest.ids[0]) {
-				oldest = d
-			}
+// evict drops the n sagas with the lowest ids of all. m.mu is held.
+func (m *MemoryIndex) evict(n int) {
+	var doms []*memDomain
+	for _, byName := range m.scopes {
+		for _, d := range byName {
+			doms = append(doms, d)
 		}
 	}
-	if oldest == nil {
-		m.total = 0
-		return
+	cut := make([]int, len(doms))
+	for ; n > 0; n-- {
+		best := -1
+		for i, d := range doms {
+			if cut[i] < len(d.ids) && (best < 0 || d.ids[cut[i]] < doms[best].ids[cut[best]]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		cut[best]++
 	}
-	delete(oldest.byID, oldest.ids[0])
-	oldest.ids = slices.Delete(oldest.ids, 0, 1)
-	m.total--
+	for i, d := range doms {
+		for _, id := range d.ids[:cut[i]] {
+			delete(d.byID, id)
+		}
+		d.ids = slices.Delete(d.ids, 0, cut[i])
+		m.total -= cut[i]
+	}
 }
 
 // Recent implements Index.

@@ -26,6 +26,7 @@ func TestMemoryIndexForgetsTheOldest(t *testing.T) {
 		ids = append(ids, id)
 		idx.Observe(indextest.Scope, tracewindow.Entry{TxID: id, Domain: []string{"a", "b"}[i%2], State: eventstore.StateCompleted, UpdatedAt: at})
 	}
+	// 5/64 rounds to 0: the index forgets just what exceeds its capacity.
 	if idx.Len() != 5 {
 		t.Fatalf("len %d, want 5", idx.Len())
 	}
@@ -78,5 +79,28 @@ func TestIDPrefixAndTime(t *testing.T) {
 		if _, ok := tracewindow.IDTime(bad); ok {
 			t.Errorf("IDTime(%q) ok", bad)
 		}
+	}
+}
+
+func TestMemoryIndexForgetsInChunks(t *testing.T) {
+	idx := tracewindow.NewMemoryIndex(128)
+	for i := range 129 {
+		at := indextest.Base.Add(time.Duration(i) * time.Second)
+		idx.Observe(indextest.Scope, tracewindow.Entry{TxID: indextest.ID(t, at), Domain: []string{"a", "b", "c"}[i%3], State: eventstore.StateCompleted, UpdatedAt: at})
+	}
+	if idx.Len() != 126 { // 129 - (1 + 128/64)
+		t.Fatalf("len %d, want 126", idx.Len())
+	}
+	c, err := idx.Census(context.Background(), indextest.Scope, indextest.Base, indextest.Base.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Scanned != 126 {
+		t.Fatalf("census scanned %d", c.Scanned)
+	}
+	// The three oldest went: the first saga left is the fourth.
+	p, _ := idx.Recent(context.Background(), tracewindow.Query{Scope: indextest.Scope, Domain: "a", From: indextest.Base, To: indextest.Base.Add(time.Hour), Limit: 500})
+	if last := p.Entries[len(p.Entries)-1]; !last.CreatedAt.Equal(indextest.Base.Add(3 * time.Second)) {
+		t.Fatalf("oldest of a: %v", last.CreatedAt)
 	}
 }

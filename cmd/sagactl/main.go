@@ -65,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		case "list", "show", "restore":
 			return runAdmin(ctx, args[0], args[1:], stdout, stderr)
+		case "trace-window":
+			return runTraceWindow(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply") {

@@ -57,7 +57,7 @@ var ErrNoTable = errors.New("cassandraindex: the index tables do not exist (the 
 // Defaults.
 const (
 	DefaultRetention     = 30 * 24 * time.Hour
-	DefaultFlushInterval = 200 * time.Millisecond
+	DefaultFlushInterval = time.Second
 	DefaultQueueSize     = 1 << 16
 	DefaultBatchSize     = 100
 	DefaultScanLimit     = 5000
@@ -100,7 +100,9 @@ func WithLogger(l *slog.Logger) Option {
 func WithRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }
 
 // WithFlushInterval sets how long the writer gathers entries before it
-// writes them. Default 200ms.
+// writes them. Default 1s: a saga that runs within one interval costs one
+// row; a longer one about one row per interval it spans (at most one per
+// transition).
 func WithFlushInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {

@@ -1,0 +1,178 @@
+package main
+
+// sagactl trace-window: the Trace Window of one service, served from the
+// event store alone.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/recovery"
+	"github.com/stacksaga-go/stacksaga/tracewindow"
+	"github.com/stacksaga-go/stacksaga/tracewindow/cassandraindex"
+)
+
+// envTraceWindowToken holds the admin token of trace-window (a flag would
+// show it in the process list).
+const envTraceWindowToken = "STACKSAGA_TRACE_WINDOW_TOKEN"
+
+const traceWindowUsage = `usage:
+  sagactl trace-window --service NAME [--addr 127.0.0.1:8088] [--config FILE] [flags]
+
+trace-window serves the Trace Window of one service (its sagas' timelines,
+compensation trails, retry audits and live health, as a web page and a JSON
+API under /api/) from the Cassandra event store alone, until interrupted.
+Open the printed address in a browser.
+
+Finding a saga by transaction id needs nothing else. Listing recent sagas
+(by domain, time range and state) and the in-flight counts read the index
+table es_transactions_by_bucket that the orchestrator service writes when it
+wires tracewindow/cassandraindex; without it the list says so.
+
+It is read-only unless --admin is given: then the saga page offers restore
+(recovery.Restore: a DISABLED, COMPENSATION_FAILED or RETRY_PENDING saga goes
+back to the retry nodes, as sagactl restore does), authorised by the bearer
+token in STACKSAGA_TRACE_WINDOW_TOKEN (at least 16 bytes), which the page
+asks for.
+
+flags:
+  --addr HOST:PORT      where to listen (default 127.0.0.1:8088; keep it on
+                        loopback or behind an authenticating proxy)
+  --admin               enable the restore action (needs the token)
+  --health-window D     how far back the health counts look (default: the
+                        transaction lifetime of --config, 24h)
+  --trace-link TEMPLATE link to your tracing UI on the saga page, with
+                        {tx_id} replaced, e.g. https://jaeger/search?tags=...{tx_id}
+  --service, --region, --cluster, --config, --hosts, --keyspace,
+  --local-datacenter, --username, --password   as for sagactl list
+  --timeout D           bound on connecting to Cassandra (default 2m)
+
+exit codes: 0 stopped by a signal, 1 runtime error, 2 usage error.
+`
+
+// runTraceWindow runs sagactl trace-window until ctx ends or a signal.
+func runTraceWindow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newAdminFlags("trace-window")
+	addr := f.fs.String("addr", "127.0.0.1:8088", "listen address")
+	admin := f.fs.Bool("admin", false, "enable admin actions")
+	healthWindow := f.fs.Duration("health-window", 0, "health window")
+	traceLink := f.fs.String("trace-link", "", "tracing UI link template")
+	pos, err := f.parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, traceWindowUsage)
+		return exitOK
+	}
+	if err != nil {
+		return failf(stderr, exitUsage, "trace-window: %v (see sagactl trace-window -h)", err)
+	}
+	if len(pos) > 0 {
+		return failf(stderr, exitUsage, "trace-window: unexpected arguments %q (see sagactl trace-window -h)", pos)
+	}
+	if *f.timeout <= 0 {
+		return failf(stderr, exitUsage, "trace-window: --timeout %v: want a positive duration", *f.timeout)
+	}
+	if *healthWindow < 0 {
+		return failf(stderr, exitUsage, "trace-window: --health-window %v: want a positive duration", *healthWindow)
+	}
+	token := strings.TrimSpace(os.Getenv(envTraceWindowToken))
+	if *admin && len(token) < tracewindow.MinTokenLen {
+		return failf(stderr, exitUsage, "trace-window: --admin needs a token of at least %d bytes in %s", tracewindow.MinTokenLen, envTraceWindowToken)
+	}
+	set := f.set()
+	var data []byte
+	if *f.config != "" {
+		if data, err = os.ReadFile(*f.config); err != nil {
+			return failf(stderr, exitFailure, "read configuration: %v", err)
+		}
+	}
+	scope, err := resolveScope(f, set, data)
+	if err != nil {
+		return failf(stderr, exitUsage, "trace-window: %v", err)
+	}
+	ccfg, err := cassandraConfig(f, set)
+	if err != nil {
+		return failf(stderr, exitFailure, "%v", err)
+	}
+	var rcfg recovery.Config
+	if *f.config != "" {
+		rcfg, err = recovery.LoadConfigFile(*f.config)
+	} else {
+		rcfg, err = recovery.LoadConfig(nil)
+	}
+	if err != nil {
+		return failf(stderr, exitFailure, "%v", err)
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cctx, cancel := context.WithTimeout(ctx, *f.timeout)
+	defer cancel()
+	quiet := slog.New(slog.DiscardHandler)
+	store, err := cassandra.New(cctx, ccfg, cassandra.WithLogger(quiet))
+	if err != nil {
+		return failf(stderr, exitFailure, "open the event store (%s, keyspace %s): %v", strings.Join(ccfg.ContactPoints, ","), ccfg.Keyspace, err)
+	}
+	defer store.Close()
+	// sagactl never changes the schema: the orchestrator service's index
+	// creates its tables.
+	idx, err := cassandraindex.New(cctx, ccfg, cassandraindex.WithoutSchema(), cassandraindex.WithLogger(logger))
+	if err != nil {
+		return failf(stderr, exitFailure, "open the listing index: %v", err)
+	}
+	defer idx.Close()
+	if _, err := idx.Domains(cctx, scope); errors.Is(err, cassandraindex.ErrNoTable) {
+		logger.Warn("sagactl trace-window: no listing index in this keyspace: sagas can be found by transaction id only (wire tracewindow/cassandraindex into the orchestrator service)")
+	}
+
+	opts := []tracewindow.Option{tracewindow.WithIndex(idx), tracewindow.WithRecovery(rcfg), tracewindow.WithLogger(logger),
+		tracewindow.WithClock(now)}
+	if *healthWindow > 0 {
+		opts = append(opts, tracewindow.WithHealthWindow(*healthWindow))
+	}
+	if *traceLink != "" {
+		opts = append(opts, tracewindow.WithTraceLink(*traceLink))
+	}
+	mode := "read-only"
+	if *admin {
+		w, err := recovery.NewWriter(store, rcfg, recovery.WithClock(now), recovery.WithLogger(logger))
+		if err != nil {
+			return failf(stderr, exitFailure, "%v", err)
+		}
+		opts = append(opts, tracewindow.WithAdmin(tracewindow.Admin{Token: token, Restore: tracewindow.RecoveryRestore(store, w, scope, now)}))
+		mode = "admin actions: restore (bearer token from " + envTraceWindowToken + ")"
+	}
+	h, err := tracewindow.New(store, scope, opts...)
+	if err != nil {
+		return failf(stderr, exitFailure, "%v", err)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return failf(stderr, exitFailure, "trace-window: listen on %s: %v", *addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	fmt.Fprintf(stdout, "trace window of %s/%s/%s on http://%s/ (%s)\n", scope.Region, scope.Cluster, scope.Service, ln.Addr(), mode)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return failf(stderr, exitFailure, "trace-window: serve: %v", err)
+	case <-ctx.Done():
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	return exitOK
+}

@@ -1,0 +1,200 @@
+package ringcoordinator
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Option configures a Master, a Slave, a Connector or FetchAssignment.
+// Options that do not apply to what is being built are ignored.
+type Option func(*options)
+
+type options struct {
+	region, cluster string
+	listen          string // master's or slave's bind address
+	advertise       string // slave's address for orchestrators
+	master          string // slave's or connector's master
+	cycle           time.Duration
+	offset          time.Duration // publish instant within a cycle
+	guard           time.Duration // connector
+	lazy            int           // master
+	minBackoff      time.Duration
+	maxBackoff      time.Duration
+	nodeID          string
+	now             func() time.Time
+	log             *slog.Logger
+	transport       Transport
+}
+
+func defaultOptions() options {
+	return options{
+		region:     DefaultRegion,
+		cluster:    DefaultCluster,
+		cycle:      DefaultCycle,
+		minBackoff: DefaultMinBackoff,
+		maxBackoff: DefaultMaxBackoff,
+		now:        time.Now,
+		log:        slog.Default(),
+		transport:  RSocketTransport{},
+	}
+}
+
+// Defaults of the options (and of Config).
+const (
+	DefaultRegion     = "default"
+	DefaultCluster    = "default"
+	DefaultCycle      = time.Minute
+	DefaultMinBackoff = 200 * time.Millisecond
+	DefaultMaxBackoff = 10 * time.Second
+	// MinCycle is the shortest publish cycle accepted (for tests and demos).
+	MinCycle = 500 * time.Millisecond
+)
+
+// DefaultPublishOffset returns the publish instant within a cycle: second
+// 30 of a minute, the midpoint of any cycle.
+func DefaultPublishOffset(cycle time.Duration) time.Duration { return cycle / 2 }
+
+// DefaultGuard returns the connector's guard interval for a cycle: a
+// thirtieth of it (2s of a minute).
+func DefaultGuard(cycle time.Duration) time.Duration { return cycle / 30 }
+
+// WithConfig applies c (from LoadConfig): region, cluster, cycle, publish
+// offset, lazy rebalance, backoff and the guard. Addresses are role
+// specific and are not taken from it: use WithListen, WithAdvertise and
+// WithMaster (Config.MasterListenAddr and its siblings give them).
+func WithConfig(c Config) Option {
+	return func(o *options) {
+		o.region, o.cluster = c.Region, c.Cluster
+		o.cycle, o.offset = c.Cycle, c.PublishOffset
+		o.lazy = c.LazyRebalanceCycles
+		o.minBackoff, o.maxBackoff = c.MinBackoff, c.MaxBackoff
+		o.guard = c.Guard
+	}
+}
+
+// WithScope sets the region (stacksaga.instance.region) and the virtual
+// cluster (stacksaga.instance.cluster). Default "default" and "default".
+func WithScope(region, cluster string) Option {
+	return func(o *options) { o.region, o.cluster = region, cluster }
+}
+
+// WithListen sets the address a Master or Slave binds ("host:port", port 0
+// for a free one). Default 127.0.0.1:0.
+func WithListen(addr string) Option { return func(o *options) { o.listen = addr } }
+
+// WithAdvertise sets the address a Slave gives orchestrators (through the
+// master) to reach it. Default: the bound address.
+func WithAdvertise(addr string) Option { return func(o *options) { o.advertise = addr } }
+
+// WithMaster sets the master a Slave registers with and a Connector asks
+// for a slave (stacksaga.agent.slave.target-master.host / .port).
+func WithMaster(addr string) Option { return func(o *options) { o.master = addr } }
+
+// WithCycle sets the publish cycle: a minute in production (the seed's),
+// a few seconds in tests and demos. "Minute" everywhere in this package
+// means one cycle; cycles are aligned on the Unix epoch.
+func WithCycle(d time.Duration) Option { return func(o *options) { o.cycle = d } }
+
+// WithPublishOffset sets when within a cycle the master publishes the next
+// cycle's split. Default DefaultPublishOffset (second 30 of a minute).
+func WithPublishOffset(d time.Duration) Option { return func(o *options) { o.offset = d } }
+
+// WithGuard sets how long before the end of its minute a Connector stops
+// handing out the minute's range, to absorb clock skew between nodes.
+// Default DefaultGuard of the cycle.
+func WithGuard(d time.Duration) Option { return func(o *options) { o.guard = d } }
+
+// WithLazyRebalance sets for how many publish cycles the Master keeps the
+// slot of a departed slave that was not the last one registered, so that a
+// slave that registers meanwhile takes it (and the other slaves keep their
+// slices); its slice stays unassigned meanwhile. 0 (the default) recomputes
+// the split among the registered slaves at the next publish.
+func WithLazyRebalance(cycles int) Option { return func(o *options) { o.lazy = cycles } }
+
+// WithBackoff sets the bounds of the exponential backoff (with jitter) of
+// a Slave re-registering and a Connector re-asking the master.
+func WithBackoff(minimum, maximum time.Duration) Option {
+	return func(o *options) { o.minBackoff, o.maxBackoff = minimum, maximum }
+}
+
+// WithNodeID sets the id of a Slave or Connector (default: a random UUID
+// per instance). Ids must be unique within a cluster.
+func WithNodeID(id string) Option { return func(o *options) { o.nodeID = id } }
+
+// WithClock sets the clock. Default time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) {
+		if now != nil {
+			o.now = now
+		}
+	}
+}
+
+// WithLogger sets the logger. Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithTransport sets the transport. Default RSocketTransport{}.
+func WithTransport(t Transport) Option {
+	return func(o *options) {
+		if t != nil {
+			o.transport = t
+		}
+	}
+}
+
+// build applies opts to the defaults and fills the derived defaults.
+func build(opts []Option) options {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.offset == 0 {
+		o.offset = DefaultPublishOffset(o.cycle)
+	}
+	if o.guard == 0 {
+		o.guard = DefaultGuard(o.cycle)
+	}
+	if o.listen == "" {
+		o.listen = "127.0.0.1:0"
+	}
+	return o
+}
+
+// validate reports every problem of o for a role that needs a master
+// address (needMaster).
+func (o *options) validate(role string, needMaster bool) error {
+	var errs []error
+	add := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("ringcoordinator: %s: "+format, append([]any{role}, args...)...))
+	}
+	if o.region == "" || o.cluster == "" {
+		add("region and cluster must not be empty (got %q, %q)", o.region, o.cluster)
+	}
+	if o.cycle < MinCycle || o.cycle%time.Millisecond != 0 {
+		add("cycle %v must be whole milliseconds and at least %v", o.cycle, MinCycle)
+	}
+	if o.offset <= 0 || o.offset >= o.cycle {
+		add("publish offset %v must lie strictly within the cycle %v", o.offset, o.cycle)
+	}
+	if o.guard < 0 || o.guard >= o.cycle/2 {
+		add("guard %v must be at least 0 and under half the cycle %v", o.guard, o.cycle)
+	}
+	if o.lazy < 0 {
+		add("lazy rebalance cycles must be 0 or more, got %d", o.lazy)
+	}
+	if o.minBackoff <= 0 || o.maxBackoff < o.minBackoff {
+		add("backoff bounds %v..%v must be positive and ordered", o.minBackoff, o.maxBackoff)
+	}
+	if needMaster && o.master == "" {
+		add("no master address (WithMaster)")
+	}
+	return errors.Join(errs...)
+}

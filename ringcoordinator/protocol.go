@@ -1,0 +1,196 @@
+package ringcoordinator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+)
+
+// ProtocolVersion is the version of the coordinator's messages. Every
+// message carries it; a message of another version is refused with
+// ErrUnsupportedVersion, by the receiving node and, over the wire, by the
+// peer (whose refusal the requester sees as a PeerError matching
+// ErrUnsupportedVersion).
+const ProtocolVersion = 1
+
+// Errors the roles report (also across the wire, see PeerError).
+var (
+	// ErrUnsupportedVersion: a message of another protocol version.
+	ErrUnsupportedVersion = errors.New("ringcoordinator: unsupported protocol version")
+	// ErrForeignCluster: a node of another region or virtual cluster.
+	ErrForeignCluster = errors.New("ringcoordinator: node of another region or cluster refused")
+	// ErrNoSlave: the master has no slave registered to hand out.
+	ErrNoSlave = errors.New("ringcoordinator: no slave registered with the master")
+	// ErrBadMessage: a message that cannot be decoded or makes no sense.
+	ErrBadMessage = errors.New("ringcoordinator: bad message")
+)
+
+// PeerError is an error reported by the other end of a request (its
+// message as sent over the wire). errors.Is matches it against the
+// package's errors by their text, so a version refusal by a remote node
+// matches ErrUnsupportedVersion.
+type PeerError struct{ Message string }
+
+// Error returns the peer's message.
+func (e *PeerError) Error() string { return "peer: " + e.Message }
+
+// Is matches the package's sentinel errors by their message.
+func (e *PeerError) Is(target error) bool {
+	for _, s := range []error{ErrUnsupportedVersion, ErrForeignCluster, ErrNoSlave, ErrBadMessage} {
+		if target == s && strings.Contains(e.Message, s.Error()) {
+			return true
+		}
+	}
+	return false
+}
+
+// Message types.
+const (
+	msgRegister  = "register"  // slave -> master, request-stream
+	msgSlice     = "slice"     // master -> slave, stream item
+	msgAssign    = "assign"    // connector -> master, request-response
+	msgSlaveAddr = "slave"     // master -> connector, response
+	msgSubscribe = "subscribe" // connector -> slave, request-stream
+	msgRange     = "range"     // slave -> connector, stream item
+	msgStatus    = "status"    // anyone -> master or slave, request-response
+	msgAssigned  = "assignment"
+	// first item of a stream: the registration or subscription is accepted
+	msgRegistered = "registered" // master -> slave
+	msgSubscribed = "subscribed" // slave -> connector
+)
+
+// envelope is every message on the wire.
+type envelope struct {
+	V    int             `json:"v"`
+	Type string          `json:"type"`
+	Body json.RawMessage `json:"body,omitempty"`
+}
+
+// scopeMsg names the region and virtual cluster of the sender.
+type scopeMsg struct {
+	Region  string `json:"region"`
+	Cluster string `json:"cluster"`
+}
+
+// registerMsg registers a slave with the master.
+type registerMsg struct {
+	scopeMsg
+	SlaveID string `json:"slave_id"`
+	Addr    string `json:"addr"` // where orchestrators reach the slave
+}
+
+// rangeMsg is a range valid for one minute: a slave's slice (msgSlice,
+// from the master) or an orchestrator's sub-range (msgRange, from a slave).
+type rangeMsg struct {
+	scopeMsg
+	From           string `json:"from"`             // the master's or slave's id
+	ValidForMinute int64  `json:"valid_for_minute"` // unix ms, start of the minute
+	ValidUntil     int64  `json:"valid_until"`      // unix ms, end of the minute (exclusive)
+	Min            int64  `json:"min,string"`
+	Max            int64  `json:"max,string"`
+	Index          int    `json:"index"` // 0-based position among Of parts
+	Of             int    `json:"of"`
+}
+
+// assignMsg asks the master for a slave.
+type assignMsg struct {
+	scopeMsg
+	NodeID string `json:"node_id"`
+}
+
+// slaveAddrMsg answers assignMsg.
+type slaveAddrMsg struct {
+	SlaveID string `json:"slave_id"`
+	Addr    string `json:"addr"`
+}
+
+// acceptedMsg is the first item of a slave's or connector's stream.
+type acceptedMsg struct {
+	ID string `json:"id"` // the master's or slave's id
+}
+
+// subscribeMsg opens an orchestrator's stream from a slave.
+type subscribeMsg struct {
+	scopeMsg
+	NodeID string `json:"node_id"`
+}
+
+// encode returns the envelope of a message of type typ.
+func encode(typ string, body any) []byte {
+	var raw json.RawMessage
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil { // only our own types are encoded
+			panic(fmt.Sprintf("ringcoordinator: encode %s: %v", typ, err))
+		}
+		raw = b
+	}
+	b, err := json.Marshal(envelope{V: ProtocolVersion, Type: typ, Body: raw})
+	if err != nil {
+		panic(fmt.Sprintf("ringcoordinator: encode %s: %v", typ, err))
+	}
+	return b
+}
+
+// decode parses an envelope of type want (any type if want is "") into
+// body (skipped if nil) and returns its type. A version other than
+// ProtocolVersion is refused first, whatever the rest.
+func decode(data []byte, want string, body any) (string, error) {
+	var env envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	if env.V != ProtocolVersion {
+		return "", fmt.Errorf("%w: the peer speaks version %d, this node speaks version %d", ErrUnsupportedVersion, env.V, ProtocolVersion)
+	}
+	if want != "" && env.Type != want {
+		return "", fmt.Errorf("%w: got a %q message, want %q", ErrBadMessage, env.Type, want)
+	}
+	if body != nil {
+		if len(env.Body) == 0 {
+			return "", fmt.Errorf("%w: %q message without a body", ErrBadMessage, env.Type)
+		}
+		if err := json.Unmarshal(env.Body, body); err != nil {
+			return "", fmt.Errorf("%w: %q message: %w", ErrBadMessage, env.Type, err)
+		}
+	}
+	return env.Type, nil
+}
+
+// checkScope refuses a peer of another region or cluster.
+func checkScope(own, peer scopeMsg, what string) error {
+	if own != peer {
+		return fmt.Errorf("%w: %s of region %q cluster %q, this node serves region %q cluster %q",
+			ErrForeignCluster, what, peer.Region, peer.Cluster, own.Region, own.Cluster)
+	}
+	return nil
+}
+
+// tokenRange returns the message's range.
+func (m rangeMsg) tokenRange() eventstore.TokenRange {
+	return eventstore.TokenRange{Min: m.Min, Max: m.Max}
+}
+
+// validate checks a received range message.
+func (m rangeMsg) validate() error {
+	switch {
+	case m.Min > m.Max:
+		return fmt.Errorf("%w: empty range [%d, %d]", ErrBadMessage, m.Min, m.Max)
+	case m.ValidUntil <= m.ValidForMinute:
+		return fmt.Errorf("%w: valid until %d is not after valid for minute %d", ErrBadMessage, m.ValidUntil, m.ValidForMinute)
+	case m.Of < 1 || m.Index < 0 || m.Index >= m.Of:
+		return fmt.Errorf("%w: part %d of %d", ErrBadMessage, m.Index, m.Of)
+	}
+	return nil
+}
+
+// ms and fromMS convert a time to unix milliseconds and back.
+func ms(t time.Time) int64     { return t.UnixMilli() }
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+func peerErr(msg string) error    { return &PeerError{Message: msg} }
+func scopeOf(o *options) scopeMsg { return scopeMsg{Region: o.region, Cluster: o.cluster} }
