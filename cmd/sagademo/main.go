@@ -29,6 +29,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -46,6 +47,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/duplicator"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/recovery"
+	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
@@ -68,6 +70,14 @@ type options struct {
 	transientRate float64
 	crashRate     float64
 	window        time.Duration
+
+	telemetry   bool
+	metricsAddr string
+	traceRatio  float64
+	// afterRun, when set, is called with the result and the /metrics URL
+	// once the sagas are done, before anything is shut down (tests scrape
+	// the metrics there).
+	afterRun func(res result, metricsURL string)
 }
 
 func main() {
@@ -92,12 +102,18 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.crashRate, "crash-rate", 0, "fraction of sagas the orchestrator abandons mid-way as if its process died (restored by recovery)")
 	var windowSec float64
 	fs.Float64Var(&windowSec, "window", 0, "recovery window interval in seconds (dividing 60, or whole minutes); default 2 with --transient-rate or --crash-rate, else the production 60")
+	fs.BoolVar(&o.telemetry, "telemetry", false, "trace and measure with OpenTelemetry (in-process span exporter, Prometheus metrics); the summary adds spans=, duplicates_skipped= and stale_replies=")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the Prometheus metrics at http://ADDR/metrics while the demo runs (implies --telemetry)")
+	fs.Float64Var(&o.traceRatio, "trace-ratio", 1, "with --telemetry, the fraction of sagas traced (head sampling at Start; the workers follow the saga's decision); 0 turns tracing off, leaving the metrics")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	o.window = time.Duration(windowSec * float64(time.Second))
+	if o.metricsAddr != "" {
+		o.telemetry = true
+	}
 	var errs []error
 	if o.transientRate < 0 || o.transientRate > 1 {
 		errs = append(errs, errors.New("--transient-rate must be within [0, 1]"))
@@ -127,6 +143,14 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.duplicates < 0 {
 		errs = append(errs, errors.New("--duplicates must be at least 0"))
 	}
+	if o.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(o.metricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-addr: %w", err))
+		}
+	}
+	if o.traceRatio < 0 || o.traceRatio > 1 {
+		errs = append(errs, errors.New("--trace-ratio must be within [0, 1]"))
+	}
 	if o.failRate < 0 || o.failRate > 1 {
 		errs = append(errs, errors.New("--fail-rate must be within [0, 1]"))
 	}
@@ -141,7 +165,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	res, err := demo(ctx, opts, stderr)
+	var tel *demoTelemetry
+	if opts.telemetry {
+		if tel, err = newDemoTelemetry(opts); err != nil {
+			fmt.Fprintln(stderr, "sagademo:", err)
+			return 1
+		}
+		defer func() { _ = tel.close() }()
+		if tel.metricsURL != "" && !opts.quiet {
+			fmt.Fprintln(stderr, "sagademo: metrics at", tel.metricsURL)
+		}
+	}
+	res, err := demo(ctx, opts, tel, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "sagademo:", err)
 		return 1
@@ -166,6 +201,12 @@ type result struct {
 	hasRecovery                  bool
 	retried, restored, abandoned int64
 	directoryLeft                int
+	// Telemetry figures, set with --telemetry: spans exported, duplicate
+	// deliveries the guards skipped, stale replies the orchestrator
+	// ignored.
+	hasTelemetry                 bool
+	spans                        int64
+	duplicatesSkipped, staleRepl int64
 }
 
 func (r result) summary() string {
@@ -179,6 +220,9 @@ func (r result) summary() string {
 	fmt.Fprintf(&b, " duplicate_executions=%d", r.duplicateExecutions)
 	if r.hasRecovery {
 		fmt.Fprintf(&b, " abandoned=%d retried=%d restored=%d directory_left=%d", r.abandoned, r.retried, r.restored, r.directoryLeft)
+	}
+	if r.hasTelemetry {
+		fmt.Fprintf(&b, " spans=%d duplicates_skipped=%d stale_replies=%d", r.spans, r.duplicatesSkipped, r.staleRepl)
 	}
 	return b.String()
 }
@@ -204,12 +248,16 @@ func failsAt(i int, f float64) bool {
 	return int(float64(i+1)*f) > int(float64(i)*f)
 }
 
-func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
+func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Writer) (result, error) {
 	logLevel := slog.LevelError
 	if opts.verbose {
 		logLevel = slog.LevelWarn
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
+	var logHandler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel})
+	if tel != nil {
+		logHandler = telemetry.LogHandler(logHandler)
+	}
+	logger := slog.New(logHandler)
 
 	brokers := []string{opts.kafka}
 	where := "kafka " + opts.kafka
@@ -237,6 +285,14 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		}
 		store = cass
 		storeName = "Cassandra " + opts.cassandra + " keyspace " + opts.keyspace
+		if tel != nil {
+			reg, err := cass.RegisterMetrics(tel.meterProvider())
+			if err != nil {
+				_ = cass.Close()
+				return result{}, err
+			}
+			defer func() { _ = reg.Unregister() }()
+		}
 	}
 	defer store.Close()
 	if !opts.quiet {
@@ -260,6 +316,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 
 	// Workers; their handlers count their own executions.
 	var workers []*worker.Worker
+	var guards []*writeprotect.Guard
 	execs := &executions{seen: make(map[execKey]int32)}
 	names := placeorder.DefaultNames().WithSuffix(opts.suffix)
 	type reg func(*worker.Worker, placeorder.Observer) error
@@ -269,6 +326,9 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		names.Shipping:  placeorder.RegisterShipping,
 	} {
 		wopts := []worker.Option{worker.WithBrokers(brokers...), worker.WithLogger(logger), worker.WithConcurrency(opts.concurrency)}
+		if tel != nil {
+			wopts = append(wopts, worker.WithTracerProvider(tel.tracerProvider()), worker.WithMeterProvider(tel.meterProvider()))
+		}
 		if opts.mode != "none" {
 			cfg := writeprotect.DefaultConfig()
 			cfg.DefaultMode = writeprotect.RelaxedWithDedup
@@ -280,6 +340,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 				return result{}, err
 			}
 			wopts = append(wopts, worker.WithGuard(g))
+			guards = append(guards, g)
 		}
 		w, err := worker.New(svc, wopts...)
 		if err != nil {
@@ -302,6 +363,9 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	var completed, compensated, compFailed atomic.Int64
 	recovering := opts.transientRate > 0 || opts.crashRate > 0
 	var oopts []orchestrator.Option
+	if tel != nil {
+		oopts = append(oopts, orchestrator.WithTracerProvider(tel.tracerProvider()), orchestrator.WithMeterProvider(tel.meterProvider()))
+	}
 	if opts.window != 0 {
 		rc := recovery.DefaultConfig()
 		rc.Interval = opts.window
@@ -346,6 +410,8 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	}
 	goRun("orchestrator", o.Run)
 	var relay *duplicator.Relay
+	stopRelay := func() {}
+	defer func() { stopRelay() }()
 	if opts.duplicates > 0 {
 		relay, err = duplicator.New(brokers, []string{
 			topics.CommandTopic(names.Inventory), topics.CommandTopic(names.Payment),
@@ -354,7 +420,15 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		if err != nil {
 			return result{}, err
 		}
-		goRun("duplicator", relay.Run)
+		relayCtx, cancelRelay := context.WithCancel(runCtx)
+		relayDone := make(chan struct{})
+		stopRelay = func() { cancelRelay(); <-relayDone }
+		go func() {
+			defer close(relayDone)
+			if err := relay.Run(relayCtx); err != nil && relayCtx.Err() == nil {
+				runErr.CompareAndSwap(nil, fmt.Errorf("duplicator: %w", err))
+			}
+		}()
 	}
 	select {
 	case <-o.Running():
@@ -438,8 +512,11 @@ loop:
 	if relay != nil && terminal() == opts.sagas {
 		// Copies still on their way would run after the count: let the
 		// relay and the workers go quiet first, so duplicate_executions
-		// covers every copy delivered.
-		settle(relay, workers)
+		// covers every copy delivered. Then stop the relay and let what it
+		// copied drain, so that the counts (and the metrics) no longer move.
+		settle(relay, workers, o)
+		stopRelay()
+		settle(relay, workers, o)
 	}
 	report()
 	res := result{
@@ -469,8 +546,23 @@ loop:
 		res.hasStmts = true
 		res.stmtsPerSaga = float64(cass.Stats().Sub(stmts0).RoundTrips()) / float64(opts.sagas)
 	}
+	if tel != nil {
+		res.hasTelemetry = true
+		res.spans = tel.exported(ctx)
+		for _, g := range guards {
+			res.duplicatesSkipped += int64(g.Stats().DuplicatesSkipped)
+		}
+		res.staleRepl = o.Stats().StaleReplies
+	}
 	if !opts.quiet {
 		fmt.Fprintln(stderr, mem.String())
+	}
+	if opts.afterRun != nil {
+		url := ""
+		if tel != nil {
+			url = tel.metricsURL
+		}
+		opts.afterRun(res, url)
 	}
 	return res, nil
 }
@@ -530,15 +622,17 @@ func (e *executions) duplicates() int {
 	return n
 }
 
-// settle waits until the relay copies nothing more and the workers process
-// nothing more for 600ms (at most 15s).
-func settle(relay *duplicator.Relay, workers []*worker.Worker) {
+// settle waits until the relay copies nothing more, the workers process
+// nothing more and the orchestrator reads no more replies for 600ms (at
+// most 15s).
+func settle(relay *duplicator.Relay, workers []*worker.Worker, o *orchestrator.Orchestrator[placeorder.Order]) {
 	progress := func() uint64 {
 		n := uint64(relay.Copied())
 		for _, w := range workers {
 			n += w.Stats().Processed
 		}
-		return n
+		st := o.Stats()
+		return n + uint64(st.Replies+st.StaleReplies+st.ForeignReplies)
 	}
 	last, quiet := progress(), 0
 	for deadline := time.Now().Add(15 * time.Second); quiet < 3 && time.Now().Before(deadline); {

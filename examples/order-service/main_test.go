@@ -46,7 +46,7 @@ func startWorkers(t *testing.T, brokers []string) {
 func serve(t *testing.T, brokers []string, cassandraHosts, keyspace string) (string, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace)
+	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
