@@ -19,6 +19,12 @@
 // re-drives and restores them; the summary adds retried=, restored= and
 // directory_left= (rows left in sealed windows of the recovery directory
 // after a final scan).
+//
+// Pausable sagas: --pause-rate makes the payment step of a fraction of the
+// sagas authorise asynchronously: it pauses the saga (PAUSED, waiting for
+// PAYMENT_AUTHORISATION), and a separate goroutine resumes each paused saga
+// after a random delay of at most a second with orchestrator.Resume, as a
+// payment gateway's webhook would; the summary adds paused= and resumed=.
 package main
 
 import (
@@ -29,6 +35,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"runtime"
@@ -68,6 +75,7 @@ type options struct {
 	transientRate float64
 	crashRate     float64
 	window        time.Duration
+	pauseRate     float64
 }
 
 func main() {
@@ -90,6 +98,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for sagas after this long")
 	fs.Float64Var(&o.transientRate, "transient-rate", 0, "fraction of steps whose first attempt fails retryably (re-driven by recovery)")
 	fs.Float64Var(&o.crashRate, "crash-rate", 0, "fraction of sagas the orchestrator abandons mid-way as if its process died (restored by recovery)")
+	fs.Float64Var(&o.pauseRate, "pause-rate", 0, "fraction of sagas whose payment step pauses them (asynchronous authorisation); a separate goroutine resumes each after a random delay of at most 1s")
 	var windowSec float64
 	fs.Float64Var(&windowSec, "window", 0, "recovery window interval in seconds (dividing 60, or whole minutes); default 2 with --transient-rate or --crash-rate, else the production 60")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
@@ -104,6 +113,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.crashRate < 0 || o.crashRate > 1 {
 		errs = append(errs, errors.New("--crash-rate must be within [0, 1]"))
+	}
+	if o.pauseRate < 0 || o.pauseRate > 1 {
+		errs = append(errs, errors.New("--pause-rate must be within [0, 1]"))
 	}
 	if o.window == 0 && (o.transientRate > 0 || o.crashRate > 0) {
 		o.window = 2 * time.Second
@@ -166,6 +178,10 @@ type result struct {
 	hasRecovery                  bool
 	retried, restored, abandoned int64
 	directoryLeft                int
+	// Pause figures, set with --pause-rate: sagas paused, and resumes that
+	// continued one.
+	hasPauses       bool
+	paused, resumed int64
 }
 
 func (r result) summary() string {
@@ -179,6 +195,9 @@ func (r result) summary() string {
 	fmt.Fprintf(&b, " duplicate_executions=%d", r.duplicateExecutions)
 	if r.hasRecovery {
 		fmt.Fprintf(&b, " abandoned=%d retried=%d restored=%d directory_left=%d", r.abandoned, r.retried, r.restored, r.directoryLeft)
+	}
+	if r.hasPauses {
+		fmt.Fprintf(&b, " paused=%d resumed=%d", r.paused, r.resumed)
 	}
 	return b.String()
 }
@@ -297,8 +316,10 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		}
 	}
 
-	// Orchestrator; terminal events free a slot for the next saga.
+	// Orchestrator; terminal events free a slot for the next saga, pauses
+	// go to the resumer.
 	slots := make(chan struct{}, opts.concurrency)
+	res := &resumer{}
 	var completed, compensated, compFailed atomic.Int64
 	recovering := opts.transientRate > 0 || opts.crashRate > 0
 	var oopts []orchestrator.Option
@@ -330,6 +351,9 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		orchestrator.WithConcurrency(opts.concurrency),
 		orchestrator.WithListener(func(e orchestrator.Event) {
 			switch e.To {
+			case eventstore.StatePaused:
+				res.add(e.TxID, topics.IdempotencyKey(e.TxID, e.Span, topics.Kind(e.Kind)))
+				return
 			case eventstore.StateCompleted:
 				completed.Add(1)
 			case eventstore.StateCompensated:
@@ -345,6 +369,9 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		return result{}, err
 	}
 	goRun("orchestrator", o.Run)
+	if opts.pauseRate > 0 {
+		goRun("resumer", func(ctx context.Context) error { return res.run(ctx, o) })
+	}
 	var relay *duplicator.Relay
 	if opts.duplicates > 0 {
 		relay, err = duplicator.New(brokers, []string{
@@ -394,7 +421,8 @@ loop:
 				i := started
 				started++
 				go func() {
-					ord := placeorder.Order{OrderID: fmt.Sprintf("order-%d", i), CustomerID: "c-1", Item: "book", Quantity: 1, Amount: 1999, FailShipping: failsAt(i, opts.failRate)}
+					ord := placeorder.Order{OrderID: fmt.Sprintf("order-%d", i), CustomerID: "c-1", Item: "book", Quantity: 1, Amount: 1999,
+						FailShipping: failsAt(i, opts.failRate), AsyncPayment: chance(fmt.Sprintf("order-%d", i), 9, opts.pauseRate)}
 					for step := range 3 {
 						if chance(ord.OrderID, uint64(2+step), opts.transientRate) {
 							ord.TransientOnce |= 1 << step
@@ -433,6 +461,9 @@ loop:
 		if e := runErr.Load(); e != nil {
 			return result{}, e.(error)
 		}
+		if e := res.failed(); e != nil {
+			return result{}, fmt.Errorf("resume: %w", e)
+		}
 	}
 	elapsed := time.Since(start)
 	if relay != nil && terminal() == opts.sagas {
@@ -442,17 +473,24 @@ loop:
 		settle(relay, workers)
 	}
 	report()
-	res := result{
+	if e := res.failed(); e != nil {
+		return result{}, fmt.Errorf("resume: %w", e)
+	}
+	out := result{
 		sagas: opts.sagas, completed: int(completed.Load()), compensated: int(compensated.Load()),
 		compensationFailed: int(compFailed.Load()), elapsed: elapsed,
 	}
-	res.stuck = opts.sagas - (res.completed + res.compensated + res.compensationFailed)
-	res.duplicateExecutions = execs.duplicates()
+	out.stuck = opts.sagas - (out.completed + out.compensated + out.compensationFailed)
+	out.duplicateExecutions = execs.duplicates()
+	if opts.pauseRate > 0 {
+		out.hasPauses = true
+		out.paused, out.resumed = res.paused.Load(), res.resumed.Load()
+	}
 	if recovering || opts.window != 0 {
 		st := o.Stats()
-		res.hasRecovery = true
-		res.retried, res.restored, res.abandoned = st.Retried, st.Restored, st.Abandoned
-		if eng := o.RecoveryEngine(); eng != nil && res.stuck == 0 {
+		out.hasRecovery = true
+		out.retried, out.restored, out.abandoned = st.Retried, st.Restored, st.Abandoned
+		if eng := o.RecoveryEngine(); eng != nil && out.stuck == 0 {
 			// One more pass drops what the sagas' ends left due in
 			// sealed windows; what remains there was never handled.
 			if _, err := eng.Scan(ctx); err != nil {
@@ -462,17 +500,102 @@ loop:
 			if err != nil {
 				return result{}, fmt.Errorf("count directory rows: %w", err)
 			}
-			res.directoryLeft = n
+			out.directoryLeft = n
 		}
 	}
 	if cass != nil {
-		res.hasStmts = true
-		res.stmtsPerSaga = float64(cass.Stats().Sub(stmts0).RoundTrips()) / float64(opts.sagas)
+		out.hasStmts = true
+		out.stmtsPerSaga = float64(cass.Stats().Sub(stmts0).RoundTrips()) / float64(opts.sagas)
 	}
 	if !opts.quiet {
 		fmt.Fprintln(stderr, mem.String())
 	}
-	return res, nil
+	return out, nil
+}
+
+// maxResumeDelay bounds the delay before the resumer resumes a paused saga.
+const maxResumeDelay = time.Second
+
+// resumer plays the payment gateway of the sagas that paused for an
+// asynchronous authorisation: from its own goroutine (run), it resumes
+// each paused saga after a random delay of at most maxResumeDelay.
+type resumer struct {
+	mu      sync.Mutex
+	pending []pendingResume
+	// paused counts the pauses seen, resumed the resumes that continued a
+	// saga.
+	paused, resumed atomic.Int64
+	err             atomic.Value
+}
+
+type pendingResume struct {
+	txID, key string
+	due       time.Time
+}
+
+// add queues the resume of txID with key; it never blocks (it runs on the
+// orchestrator's listener).
+func (r *resumer) add(txID, key string) {
+	r.paused.Add(1)
+	due := time.Now().Add(rand.N(maxResumeDelay + 1))
+	r.mu.Lock()
+	r.pending = append(r.pending, pendingResume{txID: txID, key: key, due: due})
+	r.mu.Unlock()
+}
+
+// run resumes the queued sagas as they fall due (16 at once at most) until
+// ctx ends.
+func (r *resumer) run(ctx context.Context, o *orchestrator.Orchestrator[placeorder.Order]) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		now := time.Now()
+		r.mu.Lock()
+		var due []pendingResume
+		kept := r.pending[:0]
+		for _, p := range r.pending {
+			if p.due.After(now) {
+				kept = append(kept, p)
+			} else {
+				due = append(due, p)
+			}
+		}
+		r.pending = kept
+		r.mu.Unlock()
+		for _, p := range due {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				res, err := o.Resume(ctx, p.txID, p.key, map[string]string{placeorder.StatusKey: placeorder.PaymentAuthorised})
+				switch {
+				case err != nil && ctx.Err() == nil:
+					r.err.CompareAndSwap(nil, fmt.Errorf("%s: %w", p.txID, err))
+				case err == nil && res.Continued:
+					r.resumed.Add(1)
+				}
+			})
+		}
+	}
+}
+
+// failed returns the first error of a resume, if any.
+func (r *resumer) failed() error {
+	if e := r.err.Load(); e != nil {
+		return e.(error)
+	}
+	return nil
 }
 
 // memSampler keeps the heap in use at the largest number of sagas in

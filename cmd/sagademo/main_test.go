@@ -10,7 +10,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
 
-var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+))?$`)
+var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+))?( paused=(\d+) resumed=(\d+))?$`)
 
 // runDemo runs the demo with args and returns its summary fields.
 func runDemo(t *testing.T, args ...string) []int {
@@ -74,7 +74,7 @@ func TestDemoRealKafkaAndCassandra(t *testing.T) {
 
 func TestDemoRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"--sagas", "0"}, {"--fail-rate", "1.5"}, {"--concurrency", "-1"}, {"--nope"},
-		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}} {
+		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}, {"--pause-rate", "1.1"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -193,5 +193,66 @@ func TestDemoRecoveryRealServices(t *testing.T) {
 		"--kafka", brokers[0], "--cassandra", hosts[0], "--keyspace", keyspace, "--suffix", testenv.UniqueName(t, "rec"))
 	if abandoned == 0 || retried == 0 || restored < abandoned || left != 0 {
 		t.Fatalf("abandoned=%d retried=%d restored=%d directory_left=%d", abandoned, retried, restored, left)
+	}
+}
+
+// pauseSummary runs the demo and returns paused and resumed, checking that
+// every saga ended right with no step run twice.
+func pauseSummary(t *testing.T, sagas, compensated int, args ...string) (paused, resumed int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	line := strings.TrimSpace(stdout.String())
+	m := summaryRE.FindStringSubmatch(line)
+	if m == nil || m[13] == "" {
+		t.Fatalf("summary line %q lacks the pause fields", line)
+	}
+	var counts []int
+	for _, f := range m[1:6] {
+		n, _ := strconv.Atoi(f)
+		counts = append(counts, n)
+	}
+	checkCounts(t, counts, sagas, compensated)
+	if m[7] != "0" {
+		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], line)
+	}
+	paused, _ = strconv.Atoi(m[14])
+	resumed, _ = strconv.Atoi(m[15])
+	return paused, resumed
+}
+
+// A fraction of the sagas pause at their payment step and are resumed by
+// the demo's resumer: all end, each pause resumed once, no step run twice.
+func TestDemoPauseEmbedded(t *testing.T) {
+	paused, resumed := pauseSummary(t, 300, 30, "--sagas", "300", "--fail-rate", "0.1", "--pause-rate", "0.3", "--concurrency", "64")
+	if paused == 0 || paused != resumed {
+		t.Fatalf("paused=%d resumed=%d, want equal and above 0", paused, resumed)
+	}
+	// Without the flag the summary has no pause fields.
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--sagas", "20", "--quiet"}, &stdout, &stderr); code != 0 || strings.Contains(stdout.String(), "paused=") {
+		t.Fatalf("exit %d, summary %q", code, stdout.String())
+	}
+}
+
+func TestDemoPauseRealServices(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	paused, resumed := pauseSummary(t, 150, 15, "--sagas", "150", "--fail-rate", "0.1", "--pause-rate", "0.3",
+		"--kafka", brokers[0], "--cassandra", hosts[0], "--keyspace", keyspace, "--suffix", testenv.UniqueName(t, "pause"))
+	if paused == 0 || paused != resumed {
+		t.Fatalf("paused=%d resumed=%d, want equal and above 0", paused, resumed)
+	}
+}
+
+// Pauses mixed with transient failures and crashes: the recovery engine
+// and the resumer together still end every saga once.
+func TestDemoPauseWithRecoveryEmbedded(t *testing.T) {
+	paused, resumed := pauseSummary(t, 300, 30, "--sagas", "300", "--fail-rate", "0.1", "--pause-rate", "0.3",
+		"--transient-rate", "0.1", "--crash-rate", "0.05", "--window", "1", "--concurrency", "64")
+	if paused == 0 || paused != resumed {
+		t.Fatalf("paused=%d resumed=%d, want equal and above 0", paused, resumed)
 	}
 }
