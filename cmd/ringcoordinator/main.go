@@ -69,7 +69,6 @@ type settings struct {
 	master, slave bool
 	hostname      string
 	targetSet     bool // --target-master given
-	advertise     string
 	logLevel      slog.Level
 	logJSON       bool
 }
