@@ -93,6 +93,10 @@ func (s *Slave) Addr() string { return s.ln.Addr() }
 // AdvertisedAddr returns the address orchestrators are given for the slave.
 func (s *Slave) AdvertisedAddr() string { return s.o.advertise }
 
+// Close releases the slave's address when Run will not be called (or
+// stops serving orchestrators, as the end of Run's context does).
+func (s *Slave) Close() error { return s.ln.Close() }
+
 // ID returns the slave's id.
 func (s *Slave) ID() string { return s.id }
 

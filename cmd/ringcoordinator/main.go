@@ -245,7 +245,7 @@ func serve(ctx context.Context, s settings, log *slog.Logger) error {
 			ringcoordinator.WithMaster(target), ringcoordinator.WithAdvertise(advertise))...)
 		if err != nil {
 			if master != nil {
-				_ = closeMaster(master)
+				_ = master.Close()
 			}
 			return err
 		}
@@ -345,13 +345,6 @@ func probe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
-}
-
-// closeMaster releases a master that will not run.
-func closeMaster(m *ringcoordinator.Master) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return m.Run(ctx)
 }
 
 // advertised is the slave's address for orchestrators: the configured
