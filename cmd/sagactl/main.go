@@ -9,6 +9,8 @@
 //	sagactl list retry-pending|frozen|disabled|terminated [--limit 50] [--after TXID | --page P]
 //	sagactl show TXID
 //	sagactl restore TXID | --all-disabled
+//	sagactl trace-window --addr 127.0.0.1:8088 --service S
+//	sagactl ring [--master host:port] [--json]
 //
 // print writes the schema script (the keyspace and the 9 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
@@ -52,6 +54,8 @@ const usage = `usage:
   sagactl list retry-pending|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
   sagactl show TXID [flags]
   sagactl restore TXID | --all-disabled [flags]
+  sagactl trace-window --addr 127.0.0.1:8088 --service S [flags]
+  sagactl ring [--master 127.0.0.1:7070] [--json]
 (sagactl list -h: the flags and exit codes of list, show and restore)
 `
 
@@ -67,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runAdmin(ctx, args[0], args[1:], stdout, stderr)
 		case "trace-window":
 			return runTraceWindow(ctx, args[1:], stdout, stderr)
+		case "ring":
+			return runRing(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply") {
