@@ -399,39 +399,7 @@ func lookupPath(tree map[string]any, path string) (string, bool, error) {
 	}
 }
 
-var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$`)
-
 // ParseDuration parses a Go duration ("30s", "1m", "500ms") or an ISO-8601
 // duration ("PT30S"). A bare number is refused: its unit would be
 // ambiguous.
-func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Errorf("duration %q needs a unit, e.g. %ss", s, s)
-	}
-	if d, err := time.ParseDuration(s); err == nil {
-		return d, nil
-	}
-	up := strings.ToUpper(s)
-	if m := isoDuration.FindStringSubmatch(up); m != nil && up != "P" && up != "PT" && !strings.HasSuffix(up, "T") {
-		var d time.Duration
-		for i, unit := range []time.Duration{24 * time.Hour, time.Hour, time.Minute} {
-			if m[i+1] != "" {
-				n, err := strconv.ParseInt(m[i+1], 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("duration %q: %w", s, err)
-				}
-				d += time.Duration(n) * unit
-			}
-		}
-		if m[4] != "" {
-			f, err := strconv.ParseFloat(m[4], 64)
-			if err != nil {
-				return 0, fmt.Errorf("duration %q: %w", s, err)
-			}
-			d += time.Duration(f * float64(time.Second))
-		}
-		return d, nil
-	}
-	return 0, fmt.Errorf("invalid duration %q (want e.g. 30s, 500ms or PT30S)", s)
-}
+func ParseDuration(s string) (time.Duration, error) { return yamlconfig.ParseDuration(s) }
