@@ -521,11 +521,17 @@ func (o *Orchestrator[T]) Get(ctx context.Context, txID string) (*Saga[T], error
 	return o.view(&tx, nil)
 }
 
-// History returns the saga's step attempts in order.
+// History returns the saga's step attempts in order. Endpoint is
+// "service/endpoint"; Query marks query steps.
 func (o *Orchestrator[T]) History(ctx context.Context, txID string) ([]eventstore.Tryout, error) {
 	h, err := o.store.Tryouts(ctx, o.scope, txID)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: history %s: %w", txID, err)
+	}
+	for i := range h {
+		if isQuery(h[i].Endpoint) {
+			h[i].Endpoint, h[i].Query = strings.TrimSuffix(h[i].Endpoint, querySuffix), true
+		}
 	}
 	return h, nil
 }

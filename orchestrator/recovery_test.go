@@ -121,6 +121,7 @@ func TestRecoveryRetriesTransientFailures(t *testing.T) {
 				t.Errorf("%s: history does not show the retry: %+v", id, h[1:3])
 			}
 		}
+		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Retried >= int64(len(ids)) })
 		if st := o.Stats(); st.Retried != int64(len(ids)) {
 			t.Errorf("Retried = %d, want %d", st.Retried, len(ids))
 		}
@@ -222,6 +223,7 @@ func TestRecoveryRestoresAbandonedSagas(t *testing.T) {
 				}
 			}
 		}
+		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Restored >= int64(len(all)) })
 		if st := o.Stats(); st.Abandoned != int64(len(all)) || st.Restored < int64(len(all)) {
 			t.Errorf("stats %+v: want %d abandoned and restored", st, len(all))
 		}
@@ -299,6 +301,7 @@ func TestRecoveryExhaustedRetriesCompensate(t *testing.T) {
 				t.Errorf("%s: error %q", id, s.Error)
 			}
 		}
+		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Exhausted >= int64(len(ids)) })
 		if st := o.Stats(); st.Exhausted != int64(len(ids)) {
 			t.Errorf("Exhausted = %d, want %d", st.Exhausted, len(ids))
 		}
@@ -331,6 +334,7 @@ func TestRecoveryLifetimeDisables(t *testing.T) {
 				t.Errorf("%s: reason %q", id, f.Reason)
 			}
 		}
+		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Disabled >= int64(len(ids)) })
 		if st := o.Stats(); st.Disabled != int64(len(ids)) {
 			t.Errorf("Disabled = %d, want %d", st.Disabled, len(ids))
 		}

@@ -348,11 +348,14 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 		ev.Span, ev.Kind, ev.Endpoint = last.Span, last.Kind, qualify(last.Step)
 		ev.Outcome, ev.Error = last.Outcome, last.Error
 	}
+	// Counters and listeners first: what a caller waiting on the store
+	// sees should show in Stats as soon as possible (cleanup takes round
+	// trips).
+	o.countTerminal(state)
+	o.emit(ev)
 	if state.Terminal() {
 		o.cleanUp(ctx, tx)
 	}
-	o.emit(ev)
-	o.countTerminal(state)
 	return nil
 }
 

@@ -10,6 +10,8 @@
 //	sagactl show TXID
 //	sagactl restore TXID | --all-disabled
 //	sagactl resume TXID CORRELATION_KEY [key=value ...]
+//	sagactl trace-window --addr 127.0.0.1:8088 --service S
+//	sagactl ring [--master host:port] [--json]
 //
 // print writes the schema script (the keyspace and the 9 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
@@ -57,6 +59,8 @@ const usage = `usage:
   sagactl show TXID [flags]
   sagactl restore TXID | --all-disabled [flags]
   sagactl resume TXID CORRELATION_KEY [key=value ...] [flags]
+  sagactl trace-window --addr 127.0.0.1:8088 --service S [flags]
+  sagactl ring [--master 127.0.0.1:7070] [--json]
 (sagactl list -h: the flags and exit codes of list, show, restore and resume)
 `
 
@@ -72,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runAdmin(ctx, args[0], args[1:], stdout, stderr)
 		case "trace-window":
 			return runTraceWindow(ctx, args[1:], stdout, stderr)
+		case "ring":
+			return runRing(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply") {

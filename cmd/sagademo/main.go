@@ -53,6 +53,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/duplicator"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/recovery"
+	"github.com/stacksaga-go/stacksaga/ringcoordinator"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
@@ -76,6 +77,7 @@ type options struct {
 	crashRate     float64
 	window        time.Duration
 	pauseRate     float64
+	retryNodes    int
 }
 
 func main() {
@@ -99,6 +101,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.transientRate, "transient-rate", 0, "fraction of steps whose first attempt fails retryably (re-driven by recovery)")
 	fs.Float64Var(&o.crashRate, "crash-rate", 0, "fraction of sagas the orchestrator abandons mid-way as if its process died (restored by recovery)")
 	fs.Float64Var(&o.pauseRate, "pause-rate", 0, "fraction of sagas whose payment step pauses them (asynchronous authorisation); a separate goroutine resumes each after a random delay of at most 1s")
+	fs.IntVar(&o.retryNodes, "retry-nodes", 0, "run an embedded ring coordinator (master and slave) and N more orchestrator instances as retry nodes sharing the token ring (default: the one orchestrator is the retry node)")
 	var windowSec float64
 	fs.Float64Var(&windowSec, "window", 0, "recovery window interval in seconds (dividing 60, or whole minutes); default 2 with --transient-rate or --crash-rate, else the production 60")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
@@ -117,7 +120,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.pauseRate < 0 || o.pauseRate > 1 {
 		errs = append(errs, errors.New("--pause-rate must be within [0, 1]"))
 	}
-	if o.window == 0 && (o.transientRate > 0 || o.crashRate > 0) {
+	if o.retryNodes < 0 {
+		errs = append(errs, errors.New("--retry-nodes must be at least 0"))
+	}
+	if o.window == 0 && (o.transientRate > 0 || o.crashRate > 0 || o.retryNodes > 0) {
 		o.window = 2 * time.Second
 	}
 	if o.window != 0 {
@@ -321,7 +327,23 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	slots := make(chan struct{}, opts.concurrency)
 	res := &resumer{}
 	var completed, compensated, compFailed atomic.Int64
-	recovering := opts.transientRate > 0 || opts.crashRate > 0
+	onEvent := func(e orchestrator.Event) {
+		switch e.To {
+		case eventstore.StatePaused:
+			res.add(e.TxID, topics.IdempotencyKey(e.TxID, e.Span, topics.Kind(e.Kind)))
+			return
+		case eventstore.StateCompleted:
+			completed.Add(1)
+		case eventstore.StateCompensated:
+			compensated.Add(1)
+		case eventstore.StateCompensationFailed:
+			compFailed.Add(1)
+		default:
+			return
+		}
+		<-slots
+	}
+	recovering := opts.transientRate > 0 || opts.crashRate > 0 || opts.retryNodes > 0
 	var oopts []orchestrator.Option
 	if opts.window != 0 {
 		rc := recovery.DefaultConfig()
@@ -330,7 +352,10 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		// (10s with --window 2): far above a step's latency here.
 		rc.Restore.DefaultDelayWindows = 5
 		rc.LookbackDays = 1
-		oopts = append(oopts, orchestrator.WithRecovery(rc), orchestrator.WithRetryNode(recovery.WithLogger(logger)))
+		oopts = append(oopts, orchestrator.WithRecovery(rc))
+		if opts.retryNodes == 0 {
+			oopts = append(oopts, orchestrator.WithRetryNode(recovery.WithLogger(logger)))
+		}
 	}
 	if opts.crashRate > 0 {
 		points := []orchestrator.FaultPoint{orchestrator.FaultAfterCreate, orchestrator.FaultBeforePublish, orchestrator.FaultBeforePublishRevert}
@@ -349,28 +374,49 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	o, err := orchestrator.New(names.Order, placeorder.SagaNamed(names), append([]orchestrator.Option{
 		orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store), orchestrator.WithLogger(logger),
 		orchestrator.WithConcurrency(opts.concurrency),
-		orchestrator.WithListener(func(e orchestrator.Event) {
-			switch e.To {
-			case eventstore.StatePaused:
-				res.add(e.TxID, topics.IdempotencyKey(e.TxID, e.Span, topics.Kind(e.Kind)))
-				return
-			case eventstore.StateCompleted:
-				completed.Add(1)
-			case eventstore.StateCompensated:
-				compensated.Add(1)
-			case eventstore.StateCompensationFailed:
-				compFailed.Add(1)
-			default:
-				return
-			}
-			<-slots
-		})}, oopts...)...)
+		orchestrator.WithListener(onEvent)}, oopts...)...)
 	if err != nil {
 		return result{}, err
 	}
 	goRun("orchestrator", o.Run)
 	if opts.pauseRate > 0 {
 		goRun("resumer", func(ctx context.Context) error { return res.run(ctx, o) })
+	}
+	var retryNodes []*orchestrator.Orchestrator[placeorder.Order]
+	if opts.retryNodes > 0 {
+		// An embedded ring coordinator (over an in-process transport) and
+		// N more instances of the orchestrator, each a retry node scanning
+		// the slice of the token ring its connector is handed.
+		tp := ringcoordinator.NewMemoryTransport()
+		cyc := ringcoordinator.WithCycle(2 * time.Second)
+		quiet := ringcoordinator.WithLogger(logger)
+		m, err := ringcoordinator.NewMaster(ringcoordinator.WithTransport(tp), cyc, quiet)
+		if err != nil {
+			return result{}, err
+		}
+		goRun("ring master", m.Run)
+		sl, err := ringcoordinator.NewSlave(ringcoordinator.WithTransport(tp), ringcoordinator.WithMaster(m.Addr()), cyc, quiet)
+		if err != nil {
+			return result{}, err
+		}
+		goRun("ring slave", sl.Run)
+		for i := range opts.retryNodes {
+			c, err := ringcoordinator.NewConnector(ringcoordinator.WithTransport(tp), ringcoordinator.WithMaster(m.Addr()), cyc, quiet)
+			if err != nil {
+				return result{}, err
+			}
+			goRun(fmt.Sprintf("ring connector %d", i), c.Run)
+			rn, err := orchestrator.New(names.Order, placeorder.SagaNamed(names), append([]orchestrator.Option{
+				orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store), orchestrator.WithLogger(logger),
+				orchestrator.WithConcurrency(opts.concurrency), orchestrator.WithListener(onEvent),
+				orchestrator.WithRetryNode(recovery.WithRanges(c.Ranges()), recovery.WithLogger(logger)),
+			}, oopts...)...)
+			if err != nil {
+				return result{}, err
+			}
+			retryNodes = append(retryNodes, rn)
+			goRun(fmt.Sprintf("retry node %d", i), rn.Run)
+		}
 	}
 	var relay *duplicator.Relay
 	if opts.duplicates > 0 {
@@ -490,7 +536,15 @@ loop:
 		st := o.Stats()
 		out.hasRecovery = true
 		out.retried, out.restored, out.abandoned = st.Retried, st.Restored, st.Abandoned
-		if eng := o.RecoveryEngine(); eng != nil && out.stuck == 0 {
+		eng := o.RecoveryEngine()
+		for _, rn := range retryNodes {
+			rs := rn.Stats()
+			out.retried, out.restored = out.retried+rs.Retried, out.restored+rs.Restored
+			if eng == nil {
+				eng = rn.RecoveryEngine()
+			}
+		}
+		if eng != nil && out.stuck == 0 {
 			// One more pass drops what the sagas' ends left due in
 			// sealed windows; what remains there was never handled.
 			if _, err := eng.Scan(ctx); err != nil {

@@ -74,7 +74,7 @@ func TestDemoRealKafkaAndCassandra(t *testing.T) {
 
 func TestDemoRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"--sagas", "0"}, {"--fail-rate", "1.5"}, {"--concurrency", "-1"}, {"--nope"},
-		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}, {"--pause-rate", "1.1"}} {
+		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}, {"--pause-rate", "1.1"}, {"--retry-nodes", "-1"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -254,5 +254,15 @@ func TestDemoPauseWithRecoveryEmbedded(t *testing.T) {
 		"--transient-rate", "0.1", "--crash-rate", "0.05", "--window", "1", "--concurrency", "64")
 	if paused == 0 || paused != resumed {
 		t.Fatalf("paused=%d resumed=%d, want equal and above 0", paused, resumed)
+	}
+}
+
+// Four retry nodes fed by an embedded ring coordinator share the recovery
+// work: nothing stuck, no step run twice, the directory drained.
+func TestDemoRetryNodes(t *testing.T) {
+	abandoned, retried, restored, left := recoverySummary(t, 300, 30, "--sagas", "300", "--fail-rate", "0.1",
+		"--transient-rate", "0.1", "--crash-rate", "0.05", "--retry-nodes", "4", "--concurrency", "64")
+	if abandoned == 0 || retried == 0 || restored < abandoned || left != 0 {
+		t.Fatalf("abandoned=%d retried=%d restored=%d directory_left=%d", abandoned, retried, restored, left)
 	}
 }
