@@ -50,6 +50,18 @@ type ResumeResult struct {
 
 type resumeKey struct{}
 
+type persistFirstKey struct{}
+
+// withPersistFirst makes sendAndPersist persist before it publishes.
+func withPersistFirst(ctx context.Context) context.Context {
+	return context.WithValue(ctx, persistFirstKey{}, true)
+}
+
+func persistFirst(ctx context.Context) bool {
+	v, _ := ctx.Value(persistFirstKey{}).(bool)
+	return v
+}
+
 // withResume carries a resume context to publish and next.
 func withResume(ctx context.Context, rc map[string]string) context.Context {
 	if rc == nil {
@@ -205,7 +217,7 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 		Outcome: "resumed", Error: tx.PauseEvent, Before: tx.Payload, ResumeContext: b, StartedAt: tx.UpdatedAt, FinishedAt: now}
 	from := tx.State
 	tx.PausedUntil, tx.PauseEvent = time.Time{}, ""
-	ctx = withResume(ctx, rc)
+	ctx = withPersistFirst(withResume(ctx, rc))
 	if tx.Kind == string(topics.KindProcess) {
 		return o.next(ctx, &tx, o.domain.OnNext, last, tryout, from)
 	}
@@ -293,5 +305,5 @@ func (o *Orchestrator[T]) reinvoke(ctx context.Context, txID string, span int, k
 	}
 	service, endpoint := parseQualified(tx.Endpoint)
 	o.logger().Info("orchestrator: pause deadline passed: invoking the paused step again", "tx", txID, "span", span, "kind", kind, "attempt", tx.Attempt)
-	return o.sendAndPersist(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}, state, nil, from, nil)
+	return o.sendAndPersist(withPersistFirst(ctx), &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}, state, nil, from, nil)
 }
