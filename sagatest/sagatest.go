@@ -313,17 +313,7 @@ func (e *Env) WriteProtectionStats() writeprotect.Stats {
 	e.mu.Unlock()
 	var sum writeprotect.Stats
 	for _, g := range guards {
-		s := g.Stats()
-		sum.Executions += s.Executions
-		sum.DuplicatesSkipped += s.DuplicatesSkipped
-		sum.LeaseWaits += s.LeaseWaits
-		sum.LeaseHeld += s.LeaseHeld
-		sum.NullCompensations += s.NullCompensations
-		sum.HangingRefusals += s.HangingRefusals
-		sum.TerminalFenced += s.TerminalFenced
-		sum.Released += s.Released
-		sum.LeaseOverruns += s.LeaseOverruns
-		sum.CommitFailures += s.CommitFailures
+		sum = sum.Add(g.Stats())
 	}
 	return sum
 }
