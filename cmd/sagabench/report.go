@@ -157,6 +157,9 @@ func (r *report) writeTable(w io.Writer) {
 			var parts []string
 			for _, n := range names {
 				t := rt.Tables[n]
+				if t.Reads+t.Writes+t.LWTs < 0.05 {
+					continue // a few statements over the whole cell (a recovery scan, say)
+				}
 				parts = append(parts, fmt.Sprintf("%s r%s w%s lwt%s (batched %s)", n, num(t.Reads, 1), num(t.Writes, 1), num(t.LWTs, 1), num(t.Batched, 1)))
 			}
 			fmt.Fprintf(w, "%s statements per saga by table: %s\n", c.Cell, strings.Join(parts, ", "))
