@@ -182,10 +182,9 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	// orchestrator that only starts sagas (or has not reached Run yet)
 	// must not join the callback topic's group and hold partitions that
 	// nobody polls.
-	o.prod, err = kgo.NewClient(o.baseOpts(
-		kgo.ProducerLinger(0),
+	o.prod, err = kgo.NewClient(o.baseOpts(append(kafkaloop.ProducerOpts(),
 		kgo.RecordDeliveryTimeout(cfg.deliveryTimeout),
-	)...)
+	)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: kafka client: %w", err)
 	}

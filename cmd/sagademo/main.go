@@ -7,7 +7,7 @@
 //
 // It ends with one summary line:
 //
-//	sagas=N completed=X compensated=Y compensation_failed=0 stuck=0 elapsed=1.23s rate=812.3/s ...
+//	sagas=N completed=X compensated=Y compensation_failed=0 stuck=0 elapsed=1.23s rate=812.3/s p50_ms=4.1 p99_ms=12.9 ...
 //
 // and exits non-zero if any saga is stuck (not terminal at the end).
 //
@@ -39,6 +39,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,6 +175,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 type result struct {
 	sagas, completed, compensated, compensationFailed, stuck int
 	elapsed                                                  time.Duration
+	// p50 and p99 are end-to-end latencies (Start to the terminal
+	// event) of the sagas that ended.
+	p50, p99 time.Duration
 	// stmtsPerSaga is set when the store is Cassandra.
 	stmtsPerSaga float64
 	hasStmts     bool
@@ -195,6 +199,7 @@ func (r result) summary() string {
 	fmt.Fprintf(&b, "sagas=%d completed=%d compensated=%d compensation_failed=%d stuck=%d elapsed=%.2fs rate=%.1f/s",
 		r.sagas, r.completed, r.compensated, r.compensationFailed, r.stuck, r.elapsed.Seconds(),
 		float64(r.completed+r.compensated+r.compensationFailed)/r.elapsed.Seconds())
+	fmt.Fprintf(&b, " p50_ms=%.1f p99_ms=%.1f", ms(r.p50), ms(r.p99))
 	if r.hasStmts {
 		fmt.Fprintf(&b, " stmts_per_saga=%.1f", r.stmtsPerSaga)
 	}
@@ -327,6 +332,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	slots := make(chan struct{}, opts.concurrency)
 	res := &resumer{}
 	var completed, compensated, compFailed atomic.Int64
+	lat := newLatencies()
 	onEvent := func(e orchestrator.Event) {
 		switch e.To {
 		case eventstore.StatePaused:
@@ -341,6 +347,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		default:
 			return
 		}
+		lat.end(e.TxID, time.Now())
 		<-slots
 	}
 	recovering := opts.transientRate > 0 || opts.crashRate > 0 || opts.retryNodes > 0
@@ -474,9 +481,13 @@ loop:
 							ord.TransientOnce |= 1 << step
 						}
 					}
-					if _, err := o.Start(runCtx, ord); err != nil {
+					t0 := time.Now()
+					txID, err := o.Start(runCtx, ord)
+					if err != nil {
 						startErr.CompareAndSwap(nil, err)
+						return
 					}
+					lat.begin(txID, t0)
 				}()
 				continue
 			case <-progress.C:
@@ -527,6 +538,7 @@ loop:
 		compensationFailed: int(compFailed.Load()), elapsed: elapsed,
 	}
 	out.stuck = opts.sagas - (out.completed + out.compensated + out.compensationFailed)
+	out.p50, out.p99 = lat.quantiles()
 	out.duplicateExecutions = execs.duplicates()
 	if opts.pauseRate > 0 {
 		out.hasPauses = true
@@ -773,3 +785,59 @@ func sealedRows(ctx context.Context, dir eventstore.Directory, scope eventstore.
 	}
 	return n, nil
 }
+
+// latencies pairs each saga's start with its terminal event (which may come
+// first: Start returns after the first command is out).
+type latencies struct {
+	mu     sync.Mutex
+	starts map[string]time.Time
+	ends   map[string]time.Time
+	vals   []time.Duration
+}
+
+func newLatencies() *latencies {
+	return &latencies{starts: make(map[string]time.Time), ends: make(map[string]time.Time)}
+}
+
+func (l *latencies) begin(txID string, t0 time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t1, ok := l.ends[txID]; ok {
+		delete(l.ends, txID)
+		l.vals = append(l.vals, t1.Sub(t0))
+		return
+	}
+	l.starts[txID] = t0
+}
+
+// end records the first terminal event of txID.
+func (l *latencies) end(txID string, t1 time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t0, ok := l.starts[txID]; ok {
+		delete(l.starts, txID)
+		l.vals = append(l.vals, t1.Sub(t0))
+		return
+	}
+	if _, dup := l.ends[txID]; !dup {
+		l.ends[txID] = t1
+	}
+}
+
+// quantiles returns the median and the 99th percentile (nearest rank).
+func (l *latencies) quantiles() (p50, p99 time.Duration) {
+	l.mu.Lock()
+	s := slices.Clone(l.vals)
+	l.mu.Unlock()
+	if len(s) == 0 {
+		return 0, 0
+	}
+	slices.Sort(s)
+	at := func(q float64) time.Duration {
+		i := int(q*float64(len(s))+0.5) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return at(0.50), at(0.99)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -10,7 +10,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
 
-var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+))?( paused=(\d+) resumed=(\d+))?$`)
+var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s p50_ms=\d+\.\d p99_ms=\d+\.\d( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+))?( paused=(\d+) resumed=(\d+))?$`)
 
 // runDemo runs the demo with args and returns its summary fields.
 func runDemo(t *testing.T, args ...string) []int {
