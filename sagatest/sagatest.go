@@ -593,7 +593,7 @@ func (e *Env) lag() (string, error) {
 	}
 	var behind []string
 	for _, c := range groups {
-		committed, err := e.adm.FetchOffsets(ctx, c.group)
+		committed, err := fetchOffsets(ctx, e.adm, c.group)
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			committed, err = nil, nil
 		}
