@@ -233,7 +233,7 @@ func TestAsyncPayment(t *testing.T) {
 	v := waitState(t, url, id, eventstore.StatePaused)
 	ref := v.Order.PaymentRef
 	if ref != id+":1:process" || v.PauseEvent != placeorder.PaymentAuthorisation || v.PausedUntil == nil ||
-		v.PausedUntil.Sub(time.Now()) < 14*time.Minute || v.Order.PaymentID == "" || v.Order.TrackingID != "" {
+		time.Until(*v.PausedUntil) < 14*time.Minute || v.Order.PaymentID == "" || v.Order.TrackingID != "" {
 		t.Fatalf("paused order: %+v (until %v)", v, v.PausedUntil)
 	}
 
