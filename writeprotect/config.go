@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -336,39 +334,13 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	return p.Err(ErrInvalidConfig)
 }
 
-var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$`)
-
 // ParseDuration parses a Go duration ("5s", "1m30s", "500ms") or an
 // ISO-8601 duration of days, hours, minutes and seconds ("PT5S", "P1DT2H").
 // A bare number is refused: its unit would be ambiguous.
 func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Errorf("writeprotect: duration %q needs a unit, e.g. %ss", s, s)
+	d, err := yamlconfig.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("writeprotect: %w", err)
 	}
-	if d, err := time.ParseDuration(s); err == nil {
-		return d, nil
-	}
-	up := strings.ToUpper(s)
-	if m := isoDuration.FindStringSubmatch(up); m != nil && up != "P" && up != "PT" && !strings.HasSuffix(up, "T") {
-		var d time.Duration
-		for i, unit := range []time.Duration{24 * time.Hour, time.Hour, time.Minute} {
-			if m[i+1] != "" {
-				n, err := strconv.ParseInt(m[i+1], 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("writeprotect: duration %q: %w", s, err)
-				}
-				d += time.Duration(n) * unit
-			}
-		}
-		if m[4] != "" {
-			f, err := strconv.ParseFloat(m[4], 64)
-			if err != nil {
-				return 0, fmt.Errorf("writeprotect: duration %q: %w", s, err)
-			}
-			d += time.Duration(f * float64(time.Second))
-		}
-		return d, nil
-	}
-	return 0, fmt.Errorf("writeprotect: invalid duration %q (want e.g. 5s, 500ms or PT5S)", s)
+	return d, nil
 }
