@@ -12,25 +12,42 @@ import (
 
 var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s p50_ms=\d+\.\d p99_ms=\d+\.\d( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+))?( paused=(\d+) resumed=(\d+))?$`)
 
-// runDemo runs the demo with args and returns its summary fields.
-func runDemo(t *testing.T, args ...string) []int {
+// demoSummary runs the demo with args (quietly), fails t unless it exits 0
+// with a summary line, and returns the line's submatches (summaryRE) and
+// its first five counts (sagas, completed, compensated,
+// compensation_failed, stuck).
+func demoSummary(t *testing.T, args ...string) (m []string, counts []int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(append(args, "--quiet"), &stdout, &stderr)
-	if code != 0 {
+	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
 	}
 	line := strings.TrimSpace(stdout.String())
-	m := summaryRE.FindStringSubmatch(line)
+	m = summaryRE.FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("summary line %q does not match %v", line, summaryRE)
 	}
-	var out []int
 	for _, f := range m[1:6] {
 		n, _ := strconv.Atoi(f)
-		out = append(out, n)
+		counts = append(counts, n)
+	}
+	return m, counts
+}
+
+// atoi returns the submatches at idx as ints.
+func atoi(m []string, idx ...int) []int {
+	out := make([]int, len(idx))
+	for i, j := range idx {
+		out[i], _ = strconv.Atoi(m[j])
 	}
 	return out
+}
+
+// runDemo runs the demo with args and returns its summary counts.
+func runDemo(t *testing.T, args ...string) []int {
+	t.Helper()
+	_, counts := demoSummary(t, args...)
+	return counts
 }
 
 func checkCounts(t *testing.T, got []int, sagas, compensated int) {
@@ -94,26 +111,6 @@ func TestFailsAtIsExact(t *testing.T) {
 	}
 }
 
-// duplicateExecutions returns the summary's duplicate_executions field.
-func duplicateExecutions(t *testing.T, args ...string) (counts []int, dups int) {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
-	}
-	line := strings.TrimSpace(stdout.String())
-	m := summaryRE.FindStringSubmatch(line)
-	if m == nil {
-		t.Fatalf("summary line %q does not match", line)
-	}
-	for _, f := range m[1:6] {
-		n, _ := strconv.Atoi(f)
-		counts = append(counts, n)
-	}
-	dups, _ = strconv.Atoi(m[7])
-	return counts, dups
-}
-
 func TestDemoDuplicatesEmbedded(t *testing.T) {
 	for _, mode := range []string{"strict", "relaxed"} {
 		t.Run(mode, func(t *testing.T) {
@@ -144,33 +141,28 @@ func TestDemoDuplicatesStrictRealServices(t *testing.T) {
 	}
 }
 
+// duplicateExecutions returns the summary's counts and its
+// duplicate_executions field.
+func duplicateExecutions(t *testing.T, args ...string) (counts []int, dups int) {
+	t.Helper()
+	m, counts := demoSummary(t, args...)
+	return counts, atoi(m, 7)[0]
+}
+
 // recoverySummary runs the demo and returns abandoned, retried, restored and
 // directory_left, checking that every saga ended right with no step run
 // twice.
 func recoverySummary(t *testing.T, sagas, compensated int, args ...string) (abandoned, retried, restored, left int) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
-	}
-	line := strings.TrimSpace(stdout.String())
-	m := summaryRE.FindStringSubmatch(line)
-	if m == nil || m[8] == "" {
-		t.Fatalf("summary line %q lacks the recovery fields", line)
-	}
-	var counts []int
-	for _, f := range m[1:6] {
-		n, _ := strconv.Atoi(f)
-		counts = append(counts, n)
+	m, counts := demoSummary(t, args...)
+	if m[8] == "" {
+		t.Fatalf("summary line %q lacks the recovery fields", m[0])
 	}
 	checkCounts(t, counts, sagas, compensated)
 	if m[7] != "0" {
-		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], line)
+		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], m[0])
 	}
-	n := make([]int, 4)
-	for i := range n {
-		n[i], _ = strconv.Atoi(m[9+i])
-	}
+	n := atoi(m, 9, 10, 11, 12)
 	return n[0], n[1], n[2], n[3]
 }
 
@@ -200,27 +192,16 @@ func TestDemoRecoveryRealServices(t *testing.T) {
 // every saga ended right with no step run twice.
 func pauseSummary(t *testing.T, sagas, compensated int, args ...string) (paused, resumed int) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
-	}
-	line := strings.TrimSpace(stdout.String())
-	m := summaryRE.FindStringSubmatch(line)
-	if m == nil || m[13] == "" {
-		t.Fatalf("summary line %q lacks the pause fields", line)
-	}
-	var counts []int
-	for _, f := range m[1:6] {
-		n, _ := strconv.Atoi(f)
-		counts = append(counts, n)
+	m, counts := demoSummary(t, args...)
+	if m[13] == "" {
+		t.Fatalf("summary line %q lacks the pause fields", m[0])
 	}
 	checkCounts(t, counts, sagas, compensated)
 	if m[7] != "0" {
-		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], line)
+		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], m[0])
 	}
-	paused, _ = strconv.Atoi(m[14])
-	resumed, _ = strconv.Atoi(m[15])
-	return paused, resumed
+	n := atoi(m, 14, 15)
+	return n[0], n[1]
 }
 
 // A fraction of the sagas pause at their payment step and are resumed by
