@@ -36,7 +36,9 @@ type Marker struct {
 	State MarkerState
 	Owner string
 	Reply []byte
-	// TTL is the remaining lease when read; zero means permanent.
+	// TTL is the remaining time to live when read (of a lease, or of a
+	// committed marker's retention); zero means permanent. PutMarker
+	// writes it.
 	TTL time.Duration
 	// UpdatedAt is set by the store's clock when zero on write.
 	UpdatedAt time.Time
@@ -46,7 +48,9 @@ type Marker struct {
 type Markers interface {
 	// InsertMarker inserts m if no marker exists for its key, with a TTL of
 	// lease (0: permanent). When a marker exists it returns applied=false and
-	// the existing marker (with its remaining TTL).
+	// the existing marker (with its remaining TTL). Guards insert leases
+	// with it, and with the retention as lease the records that must
+	// outlive the saga (COMPENSATED_EMPTY, the confirmation of a commit).
 	//
 	// Leases are whole seconds (Cassandra TTLs): lease is rounded up to the
 	// next second, and a remaining TTL is reported rounded up to the next
@@ -59,6 +63,11 @@ type Markers interface {
 	// up to whole seconds (0: permanent). Guards record committed markers
 	// with a retention TTL (longer than the transaction lifetime), so that
 	// they outlive their saga and a late duplicate still finds them.
+	//
+	// On Cassandra it is a plain write, which replaces a lease only by its
+	// newer write timestamp; a lease's LWT round that another LWT on the
+	// partition finishes later is re-stamped with that LWT's ballot and can
+	// hide the write (writeprotect confirms STRICT commits for this).
 	PutMarker(ctx context.Context, m Marker) error
 	// GetMarker reads a marker; ErrNotFound if absent or expired.
 	GetMarker(ctx context.Context, key MarkerKey) (Marker, error)

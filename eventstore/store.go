@@ -169,7 +169,11 @@ type Tryout struct {
 	Span     int
 	Kind     string
 	Endpoint string
-	Attempt  int
+	// Query is set by orchestrator.History for a query step (one without
+	// a compensation); stores do not keep it (they keep an internal suffix
+	// on Endpoint, which History removes).
+	Query   bool
+	Attempt int
 	// Outcome is "ok", "retryable", "non_retryable", "paused" or "sent".
 	Outcome string
 	Error   string

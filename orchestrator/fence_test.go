@@ -53,13 +53,20 @@ func TestZombieWriteCannotUndoNewerState(t *testing.T) {
 			t.Fatal(err)
 		}
 		runOrch(t, zombie)
-		live, _ := r.startOrchestrator(orchestrator.WithoutRecovery())
+		// The live instance starts the saga but consumes only once the
+		// zombie has applied the first reply and stalled in its write.
+		live, err := orchestrator.New("orders", r.sagaDomain(), orchestrator.WithBrokers(r.brokers...),
+			orchestrator.WithStore(r.store), orchestrator.WithoutRecovery())
+		if err != nil {
+			t.Fatal(err)
+		}
 		ids := startConcurrently(t, live, 1)
 		select {
 		case <-zombieStore.stalled:
-		case <-time.After(time.Minute):
+		case <-time.After(2 * time.Minute):
 			t.Fatal("the zombie never reached its write")
 		}
+		runOrch(t, live)
 		if st := waitTerminal(t, live, ids, time.Minute)[ids[0]]; st != eventstore.StateCompleted {
 			t.Fatalf("state %s, want COMPLETED", st)
 		}

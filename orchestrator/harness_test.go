@@ -179,3 +179,17 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// waitStats waits until o's counters satisfy cond: a counter is updated
+// just after the store write that waitTerminal observes, so a test must wait
+// for the counter it asserts.
+func waitStats[T any](t *testing.T, o *orchestrator.Orchestrator[T], what string, cond func(orchestrator.Stats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond(o.Stats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v: timed out waiting for %s", o.Stats(), what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
 )
 
 // rig is a saga system on real Kafka: two worker services and an
@@ -33,6 +34,8 @@ type rig struct {
 	svcPay   string
 	store    eventstore.Store
 
+	// guarded gives the workers a RELAXED_WITH_DEDUP guard on the store.
+	guarded    bool
 	failShip   atomic.Bool
 	failRefund atomic.Bool
 	slowPay    atomic.Int64 // handler delay in ms
@@ -188,7 +191,15 @@ func (r *rig) handler(name string) func(context.Context, *worker.Step, order) (o
 // stop waits for Run to return.
 func (r *rig) startWorker(service string) (stop func()) {
 	r.t.Helper()
-	w, err := worker.New(service, worker.WithBrokers(r.brokers...))
+	wopts := []worker.Option{worker.WithBrokers(r.brokers...)}
+	if r.guarded {
+		g, err := writeprotect.New(r.store, writeprotect.DefaultConfig(), writeprotect.WithOwner(service))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		wopts = append(wopts, worker.WithGuard(g))
+	}
+	w, err := worker.New(service, wopts...)
 	if err != nil {
 		r.t.Fatal(err)
 	}

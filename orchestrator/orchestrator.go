@@ -189,10 +189,9 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	// orchestrator that only starts sagas (or has not reached Run yet)
 	// must not join the callback topic's group and hold partitions that
 	// nobody polls.
-	o.prod, err = kgo.NewClient(o.baseOpts(
-		kgo.ProducerLinger(0),
+	o.prod, err = kgo.NewClient(o.baseOpts(append(kafkaloop.ProducerOpts(),
 		kgo.RecordDeliveryTimeout(cfg.deliveryTimeout),
-	)...)
+	)...)...)
 	if err != nil {
 		o.closeTelemetry()
 		return nil, fmt.Errorf("orchestrator: kafka client: %w", err)
@@ -559,11 +558,17 @@ func (o *Orchestrator[T]) Get(ctx context.Context, txID string) (*Saga[T], error
 	return o.view(&tx, nil)
 }
 
-// History returns the saga's step attempts in order.
+// History returns the saga's step attempts in order. Endpoint is
+// "service/endpoint"; Query marks query steps.
 func (o *Orchestrator[T]) History(ctx context.Context, txID string) ([]eventstore.Tryout, error) {
 	h, err := o.store.Tryouts(ctx, o.scope, txID)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: history %s: %w", txID, err)
+	}
+	for i := range h {
+		if isQuery(h[i].Endpoint) {
+			h[i].Endpoint, h[i].Query = strings.TrimSuffix(h[i].Endpoint, querySuffix), true
+		}
 	}
 	return h, nil
 }

@@ -126,6 +126,7 @@ func TestSagaCompletes(t *testing.T) {
 	if !slices.Equal(got, wantStates) {
 		t.Errorf("state changes %v, want %v", got, wantStates)
 	}
+	waitStats(t, o, "20 completed", func(st orchestrator.Stats) bool { return st.Completed == 20 })
 	if st := o.Stats(); st.Completed != 20 || st.Started != 20 || st.Commands != 60 {
 		t.Errorf("stats %+v", st)
 	}
@@ -202,8 +203,17 @@ func TestQueryStepIsNotCompensated(t *testing.T) {
 			t.Fatalf("query step was compensated: %+v", c)
 		}
 	}
+	waitStats(t, o, "3 compensated", func(st orchestrator.Stats) bool { return st.Compensated >= 3 })
 	if st := o.Stats(); st.Compensated != 3 {
 		t.Errorf("compensated %d, want 3", st.Compensated)
+	}
+	// History names the query step without the internal suffix.
+	h, err := o.History(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) < 2 || h[1].Endpoint != svcB+"/lookup" || !h[1].Query || h[0].Query {
+		t.Errorf("history %+v: want the lookup step as %s/lookup with Query set", h, svcB)
 	}
 }
 
@@ -349,6 +359,7 @@ func TestMalformedReplyIsDeadLettered(t *testing.T) {
 	if reason := topics.DeadLetterReason(recs[0]); !strings.Contains(reason, "malformed") {
 		t.Errorf("reason %q", reason)
 	}
+	waitStats(t, o, "the dead letter counted", func(st orchestrator.Stats) bool { return st.DeadLettered >= 1 })
 	if o.Stats().DeadLettered != 1 {
 		t.Errorf("dead-lettered %d", o.Stats().DeadLettered)
 	}

@@ -5,11 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/recovery"
@@ -52,17 +48,19 @@ type ResumeResult struct {
 	Continued bool
 }
 
-// Claim owners: who continued a pause (the execution marker that makes the
-// continuation happen exactly once).
-const (
-	claimResume   = "resume"
-	claimDeadline = "deadline"
-	// claimTTL keeps a claim long enough for late duplicate resumes to be
-	// recognised.
-	claimTTL = 7 * 24 * time.Hour
-)
-
 type resumeKey struct{}
+
+type persistFirstKey struct{}
+
+// withPersistFirst makes sendAndPersist persist before it publishes.
+func withPersistFirst(ctx context.Context) context.Context {
+	return context.WithValue(ctx, persistFirstKey{}, true)
+}
+
+func persistFirst(ctx context.Context) bool {
+	v, _ := ctx.Value(persistFirstKey{}).(bool)
+	return v
+}
 
 // withResume carries a resume context to publish and next.
 func withResume(ctx context.Context, rc map[string]string) context.Context {
@@ -112,43 +110,19 @@ func (o *Orchestrator[T]) pause(ctx context.Context, tx *eventstore.Transaction,
 	return nil
 }
 
-// claimKey is the execution marker that decides who continues the pause
-// of tx's current span, kind and attempt: a resume or its deadline.
-func (o *Orchestrator[T]) claimKey(txID string, span int, kind string, attempt int) eventstore.MarkerKey {
-	return eventstore.MarkerKey{Scope: o.scope, TxID: txID, Span: span, Kind: "resume:" + kind, Site: "attempt:" + strconv.Itoa(attempt)}
-}
-
-// claim inserts the claim of tx's pause for owner; exactly one claim of a
-// pause applies (a lightweight transaction on Cassandra).
+// claim inserts the claim of tx's pause (eventstore.ResumeClaimKey) for
+// owner; exactly one claim of a pause applies (a lightweight transaction on
+// Cassandra).
 func (o *Orchestrator[T]) claim(ctx context.Context, tx *eventstore.Transaction, owner string, rc map[string]string) (bool, eventstore.Marker, error) {
-	b, err := msgpack.Marshal(rc)
+	m, err := eventstore.ResumeClaim(o.scope, tx.TxID, tx.Span, tx.Kind, tx.Attempt, owner, rc)
 	if err != nil {
-		return false, eventstore.Marker{}, fmt.Errorf("orchestrator: encode resume context: %w", err)
+		return false, eventstore.Marker{}, fmt.Errorf("orchestrator: claim the pause of %s: %w", tx.TxID, err)
 	}
-	applied, existing, err := o.store.InsertMarker(ctx, eventstore.Marker{
-		MarkerKey: o.claimKey(tx.TxID, tx.Span, tx.Kind, tx.Attempt), State: eventstore.MarkerCommitted, Owner: owner, Reply: b,
-	}, claimTTL)
+	applied, existing, err := o.store.InsertMarker(ctx, m, eventstore.ResumeClaimTTL)
 	if err != nil {
 		return false, eventstore.Marker{}, fmt.Errorf("orchestrator: claim the pause of %s: %w", tx.TxID, err)
 	}
 	return applied, existing, nil
-}
-
-// parseCorrelationKey splits an idempotency key of txID into span and kind.
-func parseCorrelationKey(txID, key string) (int, string, bool) {
-	rest, ok := strings.CutPrefix(key, txID+":")
-	if !ok {
-		return 0, "", false
-	}
-	spanStr, kind, ok := strings.Cut(rest, ":")
-	if !ok || (kind != string(topics.KindProcess) && kind != string(topics.KindRevert)) {
-		return 0, "", false
-	}
-	span, err := strconv.Atoi(spanStr)
-	if err != nil || span < 0 {
-		return 0, "", false
-	}
-	return span, kind, true
 }
 
 // Resume continues the paused saga txID: correlationKey must be the
@@ -174,7 +148,7 @@ func (o *Orchestrator[T]) Resume(ctx context.Context, txID, correlationKey strin
 	expected := topics.IdempotencyKey(txID, tx.Span, topics.Kind(tx.Kind))
 	match := subtle.ConstantTimeCompare([]byte(expected), []byte(correlationKey)) == 1
 	if tx.State != eventstore.StatePaused || !match {
-		span, kind, ok := parseCorrelationKey(txID, correlationKey)
+		span, kind, ok := eventstore.ParseCorrelationKey(txID, correlationKey)
 		if !ok {
 			return ResumeResult{}, &CorrelationError{TxID: txID}
 		}
@@ -186,12 +160,12 @@ func (o *Orchestrator[T]) Resume(ctx context.Context, txID, correlationKey strin
 		}
 		return ResumeResult{}, fmt.Errorf("%w: %s is %s", ErrNotPaused, txID, tx.State)
 	}
-	won, existing, err := o.claim(ctx, &tx, claimResume, resumeContext)
+	won, existing, err := o.claim(ctx, &tx, eventstore.ClaimResume, resumeContext)
 	if err != nil {
 		return ResumeResult{}, err
 	}
 	if !won {
-		if existing.Owner == claimResume {
+		if existing.Owner == eventstore.ClaimResume {
 			return ResumeResult{AlreadyResumed: true}, nil
 		}
 		return ResumeResult{}, fmt.Errorf("%w: %s: its deadline re-invoked the paused step first", ErrNotPaused, txID)
@@ -210,7 +184,7 @@ func (o *Orchestrator[T]) resumedBefore(ctx context.Context, txID string, span i
 		return false
 	}
 	for _, m := range ms {
-		if m.Span == span && m.Kind == "resume:"+kind && m.Owner == claimResume {
+		if m.IsResumeOf(span, kind) {
 			return true
 		}
 	}
@@ -233,9 +207,9 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 	}
 	ctx, tspan := o.sagaSpan(ctx, "resume", &tx)
 	defer func() { endSpan(tspan, &tx, err) }()
-	b, err := msgpack.Marshal(rc)
+	b, err := eventstore.EncodeResumeContext(rc)
 	if err != nil {
-		return fmt.Errorf("orchestrator: encode resume context: %w", err)
+		return fmt.Errorf("orchestrator: resume %s: %w", txID, err)
 	}
 	now := o.cfg.now()
 	service, endpoint := parseQualified(tx.Endpoint)
@@ -245,7 +219,7 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 		Outcome: "resumed", Error: tx.PauseEvent, Before: tx.Payload, ResumeContext: b, StartedAt: tx.UpdatedAt, FinishedAt: now}
 	from := tx.State
 	tx.PausedUntil, tx.PauseEvent = time.Time{}, ""
-	ctx = withResume(ctx, rc)
+	ctx = withPersistFirst(withResume(ctx, rc))
 	if tx.Kind == string(topics.KindProcess) {
 		return o.next(ctx, &tx, o.domain.OnNext, last, tryout, from)
 	}
@@ -257,14 +231,12 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 // whose deadline passed re-invokes its step against the entity as it was
 // before it; otherwise the entry is registered again for later.
 func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Transaction, restore bool) error {
-	m, err := o.store.GetMarker(ctx, o.claimKey(tx.TxID, tx.Span, tx.Kind, tx.Attempt))
+	m, err := o.store.GetMarker(ctx, eventstore.ResumeClaimKey(o.scope, tx.TxID, tx.Span, tx.Kind, tx.Attempt))
 	switch {
-	case err == nil && m.Owner == claimResume:
-		var rc map[string]string
-		if len(m.Reply) > 0 {
-			if err := msgpack.Unmarshal(m.Reply, &rc); err != nil {
-				return fmt.Errorf("orchestrator: decode the resume context of %s: %w", tx.TxID, err)
-			}
+	case err == nil && m.Owner == eventstore.ClaimResume:
+		rc, err := eventstore.DecodeResumeContext(m.Reply)
+		if err != nil {
+			return fmt.Errorf("orchestrator: the resume claim of %s: %w", tx.TxID, err)
 		}
 		if err := o.continuePaused(ctx, tx.TxID, tx.Span, tx.Kind, tx.Attempt, rc); err != nil {
 			return err
@@ -285,7 +257,7 @@ func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Trans
 	if now.Before(tx.PausedUntil) {
 		return recovery.Later(int(tx.PausedUntil.Sub(now)/o.win.Interval())+1, "pause deadline not reached")
 	}
-	won, _, err := o.claim(ctx, &tx, claimDeadline, nil)
+	won, _, err := o.claim(ctx, &tx, eventstore.ClaimDeadline, nil)
 	if err != nil || !won {
 		return err // a resume (or another node) got there first
 	}
@@ -337,5 +309,5 @@ func (o *Orchestrator[T]) reinvoke(ctx context.Context, txID string, span int, k
 	}
 	service, endpoint := parseQualified(tx.Endpoint)
 	o.logger().Info("orchestrator: pause deadline passed: invoking the paused step again", "tx", txID, "span", span, "kind", kind, "attempt", tx.Attempt)
-	return o.sendAndPersist(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}, state, nil, from, nil)
+	return o.sendAndPersist(withPersistFirst(ctx), &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}, state, nil, from, nil)
 }

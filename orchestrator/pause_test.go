@@ -17,6 +17,7 @@ import (
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -321,4 +322,93 @@ func TestResumeHandler(t *testing.T) {
 		t.Fatalf("second resume: %d %s", code, body)
 	}
 	expectAll(t, waitTerminal(t, o, ids, time.Minute), eventstore.StateCompleted)
+}
+
+// A resume requested through the store alone (recovery.RequestResume, what
+// `sagactl resume` does, from a process with no orchestrator) is continued
+// by a retry node on its next pass: the next step gets the resume context,
+// exactly once, and the pause's deadline no longer re-invokes the step.
+func TestRequestResumeContinuedByRetryNode(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.pauseCharge.Store(true)
+		r.pauseDeadline.Store(int64(30 * time.Minute))
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		cfg := recoveryCfg(t)
+		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg), orchestrator.WithRetryNode())
+		ids := startConcurrently(t, o, 4)
+		ctx := context.Background()
+		for _, id := range ids {
+			waitState(t, o, id, eventstore.StatePaused)
+		}
+
+		// The admin's side: the store, a writer on the retry nodes'
+		// configuration, no orchestrator.
+		w, err := recovery.NewWriter(r.store, cfg, recovery.WithClock(clock.now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := recovery.ListPaused(ctx, r.store, o.Scope(), cfg, clock.now(), recovery.Page{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := map[string]string{}
+		for _, s := range l.Sagas {
+			keys[s.TxID] = s.CorrelationKey
+			if s.PauseEvent != "PAYMENT_AUTHORISATION" || s.PausedUntil.IsZero() || s.Claim != "" || len(s.Entries) != 2 {
+				t.Errorf("listed %s: event %q until %v claim %q entries %v", s.TxID, s.PauseEvent, s.PausedUntil, s.Claim, s.Entries)
+			}
+		}
+		if len(keys) != len(ids) {
+			t.Fatalf("ListPaused found %d of %d paused sagas", len(keys), len(ids))
+		}
+		for _, id := range ids {
+			if want := topics.IdempotencyKey(id, 1, topics.KindProcess); keys[id] != want {
+				t.Fatalf("%s: listed key %q, want %q", id, keys[id], want)
+			}
+			res, err := recovery.RequestResume(ctx, r.store, w, o.Scope(), id, keys[id], map[string]string{"auth": "admin-" + id}, clock.now())
+			if err != nil || !res.Claimed || !res.Registered {
+				t.Fatalf("RequestResume %s: %+v %v", id, res, err)
+			}
+		}
+		// Nothing moves before a retry node's pass; the claim is shared
+		// with the orchestrators' Resume.
+		if res, err := recovery.RequestResume(ctx, r.store, w, o.Scope(), ids[0], keys[ids[0]], nil, clock.now()); err != nil || !res.AlreadyResumed {
+			t.Errorf("second request: %+v %v", res, err)
+		}
+		if res, err := o.Resume(ctx, ids[1], keys[ids[1]], map[string]string{"auth": "late"}); err != nil || !res.AlreadyResumed {
+			t.Errorf("Resume after RequestResume: %+v %v", res, err)
+		}
+		for _, id := range ids {
+			if s, _ := o.Get(ctx, id); s.State != eventstore.StatePaused {
+				t.Fatalf("%s is %s before a retry node's pass", id, s.State)
+			}
+		}
+		expectAll(t, scanUntil(t, o, clock, time.Minute, ids), eventstore.StateCompleted)
+		// Past the old deadline: nothing re-invokes the paused step.
+		clock.advance(time.Hour)
+		if _, err := o.RecoveryEngine().Scan(ctx); err != nil {
+			t.Logf("scan: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		for _, id := range ids {
+			r.mu.Lock()
+			rc := r.resumed[id+"/2/process"]
+			r.mu.Unlock()
+			if rc["auth"] != "admin-"+id {
+				t.Errorf("%s: ship got resume context %v", id, rc)
+			}
+			if c, s := r.runsOf(id, 1, topics.KindProcess), r.runsOf(id, 2, topics.KindProcess); c != 1 || s != 1 {
+				t.Errorf("%s: charge ran %d times, ship %d, want once each", id, c, s)
+			}
+			if res, err := recovery.RequestResume(ctx, r.store, w, o.Scope(), id, keys[id], nil, clock.now()); err != nil || !res.AlreadyResumed || res.Registered {
+				t.Errorf("%s: request after completion: %+v %v", id, res, err)
+			}
+		}
+		if l, err := recovery.ListPaused(ctx, r.store, o.Scope(), cfg, clock.now(), recovery.Page{}); err != nil || len(l.Sagas) != 0 {
+			t.Errorf("paused after the resumes: %+v %v", l.Sagas, err)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -121,6 +122,7 @@ func TestRecoveryRetriesTransientFailures(t *testing.T) {
 				t.Errorf("%s: history does not show the retry: %+v", id, h[1:3])
 			}
 		}
+		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Retried >= int64(len(ids)) })
 		if st := o.Stats(); st.Retried != int64(len(ids)) {
 			t.Errorf("Retried = %d, want %d", st.Retried, len(ids))
 		}
@@ -128,13 +130,14 @@ func TestRecoveryRetriesTransientFailures(t *testing.T) {
 	})
 }
 
-// assertDirectoryDrained checks that no tier-5 row is left in any sealed
-// window of the orchestrator's scope (every watchdog of a finished saga was
-// deleted, every fired bucket dropped). Windows not sealed yet may hold the
-// watchdogs re-armed by restore pickups: they fire later and are dropped
-// then.
-func assertDirectoryDrained(t *testing.T, store eventstore.Store, o *orchestrator.Orchestrator[order], clock *fakeClock) {
+// directoryRows lists the tier-5 rows left in the sealed windows of the
+// orchestrator's scope (after a run, every watchdog of a finished saga is
+// deleted and every fired bucket dropped). Windows not sealed yet may hold
+// the watchdogs re-armed by restore pickups: they fire later and are
+// dropped then.
+func directoryRows(t *testing.T, store eventstore.Store, o *orchestrator.Orchestrator[order], clock *fakeClock) []string {
 	t.Helper()
+	var rows []string
 	ctx := context.Background()
 	now := clock.now()
 	days, err := store.ListDays(ctx, o.Scope(), now.AddDate(0, 0, -3), now)
@@ -165,11 +168,27 @@ func assertDirectoryDrained(t *testing.T, store eventstore.Store, o *orchestrato
 						t.Fatal(err)
 					}
 					for _, e := range es {
-						t.Errorf("directory row left: %s window %d bucket %d tx %s", day.Format("2006-01-02"), m, b, e.TxID)
+						rows = append(rows, fmt.Sprintf("%s window %d bucket %d tx %s", day.Format("2006-01-02"), m, b, e.TxID))
 					}
 				}
 			}
 		}
+	}
+	return rows
+}
+
+// assertDirectoryDrained waits (the cleanup follows the terminal write)
+// until no tier-5 row is left in a sealed window, or fails naming them.
+func assertDirectoryDrained(t *testing.T, store eventstore.Store, o *orchestrator.Orchestrator[order], clock *fakeClock) {
+	t.Helper()
+	var rows []string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if rows = directoryRows(t, store, o, clock); len(rows) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, r := range rows {
+		t.Errorf("directory row left: %s", r)
 	}
 }
 
@@ -222,6 +241,7 @@ func TestRecoveryRestoresAbandonedSagas(t *testing.T) {
 				}
 			}
 		}
+		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Restored >= int64(len(all)) })
 		if st := o.Stats(); st.Abandoned != int64(len(all)) || st.Restored < int64(len(all)) {
 			t.Errorf("stats %+v: want %d abandoned and restored", st, len(all))
 		}
@@ -250,9 +270,20 @@ func TestRecoveryWatchdogOfCompletedSaga(t *testing.T) {
 			if s.RestorePath == nil {
 				t.Fatalf("%s has no watchdog path", id)
 			}
-			if es, _ := r.store.ListRecoveryEntries(ctx, o.Scope(), *s.RestorePath, "", 0); len(es) != 0 {
-				t.Errorf("%s: the completed saga's watchdog is still there: %+v", id, es)
-			}
+			// The watchdog is deleted just after the terminal state is
+			// written: wait for that.
+			waitFor(t, 30*time.Second, id+"'s watchdog deleted", func() bool {
+				es, err := r.store.ListRecoveryEntries(ctx, o.Scope(), *s.RestorePath, "", 0)
+				if err != nil {
+					return false
+				}
+				for _, e := range es {
+					if e.TxID == id {
+						return false
+					}
+				}
+				return true
+			})
 		}
 		// A stale watchdog of a completed saga fires.
 		if _, err := o.RecoveryWriter().RegisterRestore(ctx, o.Scope(), ids[0], r.domain); err != nil {
@@ -299,6 +330,7 @@ func TestRecoveryExhaustedRetriesCompensate(t *testing.T) {
 				t.Errorf("%s: error %q", id, s.Error)
 			}
 		}
+		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Exhausted >= int64(len(ids)) })
 		if st := o.Stats(); st.Exhausted != int64(len(ids)) {
 			t.Errorf("Exhausted = %d, want %d", st.Exhausted, len(ids))
 		}
@@ -331,6 +363,7 @@ func TestRecoveryLifetimeDisables(t *testing.T) {
 				t.Errorf("%s: reason %q", id, f.Reason)
 			}
 		}
+		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Disabled >= int64(len(ids)) })
 		if st := o.Stats(); st.Disabled != int64(len(ids)) {
 			t.Errorf("Disabled = %d, want %d", st.Disabled, len(ids))
 		}

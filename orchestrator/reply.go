@@ -316,6 +316,21 @@ func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Tra
 		// (the reply is consumed; only the watchdog can bring it back).
 		return o.persist(ctx, tx, state, tryout, from, last)
 	}
+	if persistFirst(ctx) {
+		// The transition was not caused by a reply on this instance's
+		// callback partition (a resume, a deadline, maybe on another
+		// instance): the reply to this command may reach another
+		// instance, which must find the new state already there. A
+		// command that cannot be published then leaves the saga in
+		// flight for its watchdog (or Restore) to send again.
+		if err := o.persist(ctx, tx, state, tryout, from, last); err != nil {
+			return err
+		}
+		if err := o.publish(ctx, tx, step); err != nil {
+			return fmt.Errorf("%w (the saga is persisted as %s: its watchdog or Restore sends the step again)", err, state)
+		}
+		return nil
+	}
 	if err := o.publish(ctx, tx, step); err != nil {
 		if !topics.PermanentProduceError(err) {
 			return err // retried with the reply
@@ -371,11 +386,14 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 		ev.Span, ev.Kind, ev.Endpoint = last.Span, last.Kind, qualify(last.Step)
 		ev.Outcome, ev.Error = last.Outcome, last.Error
 	}
+	// Counters and listeners first: what a caller waiting on the store
+	// sees should show in Stats as soon as possible (cleanup takes round
+	// trips).
+	o.countTerminal(state)
+	o.emit(ev)
 	if state.Terminal() {
 		o.cleanUp(ctx, tx)
 	}
-	o.emit(ev)
-	o.countTerminal(state)
 	return nil
 }
 

@@ -6,6 +6,7 @@ package recovery
 import (
 	"cmp"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"slices"
@@ -58,8 +59,8 @@ type Page struct {
 	// transaction id in newest-first order (that is, ids below it). ""
 	// starts at the newest. Pass the previous page's Next.
 	After string
-	// Offset skips that many sagas after the cursor (page numbers:
-	// Offset = (page−1) × Limit).
+	// Offset skips that many of the sagas the list keeps after the
+	// cursor (page numbers: Offset = (page−1) × Limit).
 	Offset int
 	// Limit bounds the page (<= 0: no bound).
 	Limit int
@@ -114,54 +115,21 @@ func ListRetryPending(ctx context.Context, s eventstore.Store, scope eventstore.
 	if err != nil {
 		return out, err
 	}
-	paths := map[string][]eventstore.RecoveryPath{}
-	today := ws.At(now).Day
-	from := ws.AddDays(today, -cfg.LookbackDays)
-	ahead := min(MaxDelayWindows, int(MaxDelay/ws.Interval())) + 1
-	to := ws.Add(ws.At(now), ahead).Day
-	days, err := listDays(ctx, s, scope, from, to)
+	paths, n, err := walkDirectory(ctx, s, scope, cfg, ws, now, func(b int) bool { return b%2 == 0 })
+	out.Entries = n
 	if err != nil {
 		return out, err
-	}
-	for _, d := range days {
-		n, err := retryEntriesOfDay(ctx, s, scope, d, cfg.PageSize, paths)
-		out.Entries += n
-		if err != nil {
-			return out, err
-		}
 	}
 	ids := make([]string, 0, len(paths))
 	for id := range paths {
 		ids = append(ids, id)
 	}
 	out.Candidates = len(ids)
-	ids = window(sortDesc(ids), page)
-
-	// Read states in chunks until the page is full: one saga more than the
-	// limit tells whether there is a next page.
-	want := page.Limit
-	var kept []string
-	for start := 0; start < len(ids) && (want <= 0 || len(kept) <= want); {
-		n := len(ids) - start
-		if want > 0 {
-			n = min(n, max(want+1-len(kept), adminParallelism))
-		}
-		chunk := ids[start : start+n]
-		start += n
-		states, err := readStates(ctx, s, scope, chunk)
-		if err != nil {
-			return out, err
-		}
-		for i, id := range chunk {
-			if states[i] == eventstore.StateRetryPending {
-				kept = append(kept, id)
-			}
-		}
+	kept, _, next, err := pageOf(ctx, s, scope, sortDesc(ids), page, inState(eventstore.StateRetryPending))
+	if err != nil {
+		return out, err
 	}
-	if want > 0 && len(kept) > want {
-		kept = kept[:want]
-		out.Next = kept[want-1]
-	}
+	out.Next = next
 	txs, err := loadAll(ctx, s, scope, kept)
 	if err != nil {
 		return out, err
@@ -171,14 +139,91 @@ func ListRetryPending(ctx context.Context, s eventstore.Store, scope eventstore.
 			continue // ended or re-driven since its state was read
 		}
 		ps := PendingSaga{Transaction: *tx, Retries: paths[kept[i]]}
-		slices.SortFunc(ps.Retries, func(a, b eventstore.RecoveryPath) int {
-			return cmp.Or(a.Day.Compare(b.Day), cmp.Compare(a.MinuteOfDay, b.MinuteOfDay),
-				cmp.Compare(a.InstanceID, b.InstanceID), cmp.Compare(a.Bucket, b.Bucket))
-		})
+		sortPaths(ps.Retries)
 		ps.Due = ws.FromSlot(ps.Retries[0].Day, ps.Retries[0].MinuteOfDay).End
 		out.Sagas = append(out.Sagas, ps)
 	}
 	return out, nil
+}
+
+// walkDirectory reads the tier-5 rows of the buckets that pass keep in
+// every window of every instance of the whole token ring over the days a
+// retry node scans (today − cfg.LookbackDays, at now) up to the farthest
+// window an entry can be registered in, and returns the paths of the
+// entries naming each saga and how many entries it read.
+func walkDirectory(ctx context.Context, s eventstore.Directory, scope eventstore.Scope, cfg Config, ws Windows, now time.Time, keep func(bucket int) bool) (map[string][]eventstore.RecoveryPath, int, error) {
+	paths := map[string][]eventstore.RecoveryPath{}
+	today := ws.At(now).Day
+	from := ws.AddDays(today, -cfg.LookbackDays)
+	ahead := min(MaxDelayWindows, int(MaxDelay/ws.Interval())) + 1
+	to := ws.Add(ws.At(now), ahead).Day
+	days, err := listDays(ctx, s, scope, from, to)
+	if err != nil {
+		return paths, 0, err
+	}
+	total := 0
+	for _, d := range days {
+		n, err := entriesOfDay(ctx, s, scope, d, cfg.PageSize, keep, paths)
+		total += n
+		if err != nil {
+			return paths, total, err
+		}
+	}
+	return paths, total, nil
+}
+
+// pageOf returns the sagas of ids (sorted newest first) that page selects
+// among those whose state passes keep: the cursor applies to ids, the
+// offset and the limit to the sagas kept. It reads states in chunks only
+// until the page is full (one saga more than it tells whether there is a
+// next page) and returns the kept ids with their states, and the cursor
+// of the next page ("" on the last).
+func pageOf(ctx context.Context, s eventstore.Store, scope eventstore.Scope, ids []string, page Page, keep func(eventstore.State) bool) ([]string, []eventstore.State, string, error) {
+	ids = afterCursor(ids, page.After)
+	offset := max(page.Offset, 0)
+	need := 0 // 0: every saga
+	if page.Limit > 0 {
+		need = offset + page.Limit + 1
+	}
+	var kept []string
+	var keptStates []eventstore.State
+	for start := 0; start < len(ids) && (need == 0 || len(kept) < need); {
+		n := len(ids) - start
+		if need > 0 {
+			n = min(n, max(need-len(kept), adminParallelism))
+		}
+		chunk := ids[start : start+n]
+		start += n
+		states, err := readStates(ctx, s, scope, chunk)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		for i, id := range chunk {
+			if keep(states[i]) {
+				kept, keptStates = append(kept, id), append(keptStates, states[i])
+			}
+		}
+	}
+	offset = min(offset, len(kept))
+	kept, keptStates = kept[offset:], keptStates[offset:]
+	if page.Limit > 0 && len(kept) > page.Limit {
+		kept, keptStates = kept[:page.Limit], keptStates[:page.Limit]
+		return kept, keptStates, kept[page.Limit-1], nil
+	}
+	return kept, keptStates, "", nil
+}
+
+// inState returns a keep function of pageOf for the sagas in state want.
+func inState(want eventstore.State) func(eventstore.State) bool {
+	return func(st eventstore.State) bool { return st == want }
+}
+
+// sortPaths orders recovery paths by window, instance and bucket.
+func sortPaths(ps []eventstore.RecoveryPath) {
+	slices.SortFunc(ps, func(a, b eventstore.RecoveryPath) int {
+		return cmp.Or(a.Day.Compare(b.Day), cmp.Compare(a.MinuteOfDay, b.MinuteOfDay),
+			cmp.Compare(a.InstanceID, b.InstanceID), cmp.Compare(a.Bucket, b.Bucket))
+	})
 }
 
 // listDays is Directory.ListDays over any span, one calendar year per call
@@ -200,9 +245,9 @@ func listDays(ctx context.Context, s eventstore.Directory, scope eventstore.Scop
 	return days, nil
 }
 
-// retryEntriesOfDay adds the tier-5 rows of every retry bucket of day d to
-// paths and returns how many it read.
-func retryEntriesOfDay(ctx context.Context, s eventstore.Directory, scope eventstore.Scope, d time.Time, pageSize int, paths map[string][]eventstore.RecoveryPath) (int, error) {
+// entriesOfDay adds the tier-5 rows of every bucket of day d that passes
+// keep to paths and returns how many it read.
+func entriesOfDay(ctx context.Context, s eventstore.Directory, scope eventstore.Scope, d time.Time, pageSize int, keep func(bucket int) bool, paths map[string][]eventstore.RecoveryPath) (int, error) {
 	ds := d.Format(time.DateOnly)
 	slots, err := s.ListWindows(ctx, scope, d)
 	if err != nil {
@@ -220,8 +265,8 @@ func retryEntriesOfDay(ctx context.Context, s eventstore.Directory, scope events
 				return n, fmt.Errorf("recovery: list buckets of %s in %s/%d: %w", inst.ID, ds, slot, err)
 			}
 			for _, b := range buckets {
-				if b%2 != 0 {
-					continue // restore watchdogs
+				if !keep(b) {
+					continue
 				}
 				p := eventstore.RecoveryPath{Day: d, MinuteOfDay: slot, InstanceID: inst.ID, Bucket: b}
 				for after := ""; ; {
@@ -250,20 +295,17 @@ func sortDesc(ids []string) []string {
 	return ids
 }
 
-// window applies the cursor and offset of page to ids sorted newest first
-// (the limit is applied by the caller, after filtering).
-func window(ids []string, page Page) []string {
-	if page.After != "" {
-		i, _ := slices.BinarySearchFunc(ids, page.After, func(id, after string) int { return cmp.Compare(after, id) })
-		for i < len(ids) && ids[i] >= page.After {
-			i++
-		}
-		ids = ids[i:]
+// afterCursor returns the ids of ids (sorted newest first) below the
+// cursor after ("": all of them).
+func afterCursor(ids []string, after string) []string {
+	if after == "" {
+		return ids
 	}
-	if page.Offset > 0 {
-		ids = ids[min(page.Offset, len(ids)):]
+	i, _ := slices.BinarySearchFunc(ids, after, func(id, after string) int { return cmp.Compare(after, id) })
+	for i < len(ids) && ids[i] >= after {
+		i++
 	}
-	return ids
+	return ids[i:]
 }
 
 // readStates returns the state of each saga of ids ("" when it is gone),
@@ -437,30 +479,14 @@ func ListFrozen(ctx context.Context, s eventstore.Store, scope eventstore.Scope,
 	for i, f := range all {
 		byID[f.TxID], ids[i] = f, f.TxID
 	}
-	ids = window(sortDesc(ids), page)
-
-	want := page.Limit
-	for start := 0; start < len(ids) && (want <= 0 || len(out.Sagas) <= want); {
-		n := len(ids) - start
-		if want > 0 {
-			n = min(n, max(want+1-len(out.Sagas), adminParallelism))
-		}
-		chunk := ids[start : start+n]
-		start += n
-		states, err := readStates(ctx, s, scope, chunk)
-		if err != nil {
-			return out, err
-		}
-		for i, id := range chunk {
-			if filter.keeps(states[i]) {
-				out.Sagas = append(out.Sagas, FrozenSaga{FrozenTransaction: byID[id], LiveState: states[i]})
-			}
-		}
+	kept, states, next, err := pageOf(ctx, s, scope, sortDesc(ids), page, filter.keeps)
+	if err != nil {
+		return out, err
 	}
-	if want > 0 && len(out.Sagas) > want {
-		out.Sagas = out.Sagas[:want]
-		out.Next = out.Sagas[want-1].TxID
+	for i, id := range kept {
+		out.Sagas = append(out.Sagas, FrozenSaga{FrozenTransaction: byID[id], LiveState: states[i]})
 	}
+	out.Next = next
 	return out, nil
 }
 
@@ -600,4 +626,285 @@ func Restore(ctx context.Context, s eventstore.Store, w *Writer, scope eventstor
 	res.Retry = p
 	res.RetryDue = w.Windows().FromSlot(p.Day, p.MinuteOfDay).End
 	return res, nil
+}
+
+// PausedSaga is a PAUSED saga found in the recovery directory.
+type PausedSaga struct {
+	// Transaction is the saga: PauseEvent names what it waits for,
+	// PausedUntil is its deadline (zero: none, it waits for ever),
+	// UpdatedAt is when it paused; Span, Kind, Endpoint and Attempt are
+	// the step that paused it.
+	eventstore.Transaction
+	// CorrelationKey is the key a resume must give: the idempotency key of
+	// the step that paused the saga.
+	CorrelationKey string
+	// Entries are the paths of the directory entries naming the saga
+	// (its restore watchdog, the retry of a deadline or of a requested
+	// resume), ordered by window.
+	Entries []eventstore.RecoveryPath
+	// Claim is the owner of the claim of its pause: "" when nobody claimed
+	// it yet; eventstore.ClaimResume when a resume was requested through
+	// the store (RequestResume) and a retry node has yet to continue it;
+	// eventstore.ClaimDeadline when its deadline passed and the step is
+	// being invoked again.
+	Claim string
+}
+
+// PausedList is one page of ListPaused.
+type PausedList struct {
+	Sagas []PausedSaga
+	// Next is the cursor of the next page (Page.After), "" on the last.
+	Next string
+	// Entries counts the directory entries read (retry and restore),
+	// Candidates the distinct sagas they name (before the state check).
+	Entries, Candidates int
+}
+
+// ListPaused lists the PAUSED sagas of scope, newest first, one page at a
+// time, with their correlation keys. Like ListRetryPending it reads no
+// table whole: it walks the recovery directory over the days a retry node
+// scans (today − LookbackDays of cfg, at now) up to the farthest window an
+// entry can be registered in, every window and instance of the whole token
+// ring, both the retry (even) and the restore (odd) buckets (every saga in
+// flight has a restore watchdog, re-armed by the retry nodes while it is
+// paused; a pause with a deadline has a retry too), then reads the state of
+// each saga named and keeps the PAUSED ones, each once. Only the sagas of
+// the page are loaded whole, and their claims read.
+//
+// A paused saga is missed only if its watchdog is older than the look-back
+// (no retry node re-armed it since) or was lost.
+func ListPaused(ctx context.Context, s eventstore.Store, scope eventstore.Scope, cfg Config, now time.Time, page Page) (PausedList, error) {
+	var out PausedList
+	if err := scope.Validate(); err != nil {
+		return out, fmt.Errorf("recovery: list paused: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return out, err
+	}
+	ws, err := cfg.Windows()
+	if err != nil {
+		return out, err
+	}
+	paths, n, err := walkDirectory(ctx, s, scope, cfg, ws, now, func(int) bool { return true })
+	out.Entries = n
+	if err != nil {
+		return out, err
+	}
+	ids := make([]string, 0, len(paths))
+	for id := range paths {
+		ids = append(ids, id)
+	}
+	out.Candidates = len(ids)
+	kept, _, next, err := pageOf(ctx, s, scope, sortDesc(ids), page, inState(eventstore.StatePaused))
+	if err != nil {
+		return out, err
+	}
+	out.Next = next
+	txs, err := loadAll(ctx, s, scope, kept)
+	if err != nil {
+		return out, err
+	}
+	claims := make([]string, len(txs))
+	err = parallel(ctx, len(txs), func(i int) error {
+		tx := txs[i]
+		if tx == nil || tx.State != eventstore.StatePaused {
+			return nil
+		}
+		m, err := s.GetMarker(ctx, eventstore.ResumeClaimKey(scope, tx.TxID, tx.Span, tx.Kind, tx.Attempt))
+		switch {
+		case err == nil:
+			claims[i] = m.Owner
+		case !errors.Is(err, eventstore.ErrNotFound):
+			return fmt.Errorf("recovery: read the pause claim of %s: %w", tx.TxID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return out, err
+	}
+	for i, tx := range txs {
+		if tx == nil || tx.State != eventstore.StatePaused {
+			continue // continued or ended since its state was read
+		}
+		ps := PausedSaga{Transaction: *tx, CorrelationKey: eventstore.CorrelationKey(tx.TxID, tx.Span, tx.Kind),
+			Entries: paths[kept[i]], Claim: claims[i]}
+		sortPaths(ps.Entries)
+		out.Sagas = append(out.Sagas, ps)
+	}
+	return out, nil
+}
+
+// Errors of RequestResume.
+var (
+	// ErrNotPaused is matched by a *NotPausedError.
+	ErrNotPaused = errors.New("recovery: saga not paused")
+	// ErrCorrelationKey is matched by a *CorrelationError.
+	ErrCorrelationKey = errors.New("recovery: wrong correlation key")
+)
+
+// NotPausedError is RequestResume's refusal of a saga that is not paused
+// (any more), or cannot be continued.
+type NotPausedError struct {
+	TxID  string
+	State eventstore.State
+	// Reason adds what is wrong beyond the state ("" when the state says
+	// it all).
+	Reason string
+}
+
+func (e *NotPausedError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("recovery: saga %s is %s: %s", e.TxID, e.State, e.Reason)
+	}
+	return fmt.Sprintf("recovery: saga %s is %s, not PAUSED", e.TxID, e.State)
+}
+
+// Is reports whether target is ErrNotPaused.
+func (e *NotPausedError) Is(target error) bool { return target == ErrNotPaused }
+
+// CorrelationError is RequestResume's refusal of a correlation key.
+type CorrelationError struct {
+	TxID string
+	// Stale is true for the key of another step of the saga (an earlier
+	// one, or the other kind), false for a key that is none of its keys.
+	Stale bool
+}
+
+func (e *CorrelationError) Error() string {
+	if e.Stale {
+		return fmt.Sprintf("recovery: stale correlation key for %s: another step's, not the paused one's", e.TxID)
+	}
+	return fmt.Sprintf("recovery: wrong correlation key for %s", e.TxID)
+}
+
+// Is reports whether target is ErrCorrelationKey.
+func (e *CorrelationError) Is(target error) bool { return target == ErrCorrelationKey }
+
+// ResumeRequestResult says what RequestResume did.
+type ResumeRequestResult struct {
+	TxID string
+	// State is the saga's state as read (PAUSED unless AlreadyResumed).
+	State eventstore.State
+	// Claimed: this call claimed the pause for the resume (the pause's
+	// deadline can no longer re-invoke the step).
+	Claimed bool
+	// AlreadyResumed: a resume with this correlation key claimed the pause
+	// before (through RequestResume or an orchestrator's Resume); no new
+	// claim was written and the resume context given now is not used.
+	AlreadyResumed bool
+	// Span, Kind, Endpoint, Attempt and Event are the paused step and what
+	// it waits for (the saga as read).
+	Span     int
+	Kind     string
+	Endpoint string
+	Attempt  int
+	Event    string
+	// PausedUntil is the pause's deadline (zero: none).
+	PausedUntil time.Time
+	// Registered: a retry was registered (Retry; RetryDue is when a retry
+	// node can pick it up: the end of its window), because the saga is
+	// still PAUSED under a resume's claim. The retry node that picks it up
+	// continues the saga. A second request for a saga still waiting for
+	// its continuation registers another retry (harmless: the
+	// continuation happens once), which also makes up for a registration
+	// that failed.
+	Registered bool
+	Retry      eventstore.RecoveryPath
+	RetryDue   time.Time
+}
+
+// RequestResume asks for the resume of the paused saga txID through the
+// store alone (what `sagactl resume` does; an orchestrator's Resume does
+// the same and continues the saga itself): it checks that the saga is
+// PAUSED and that correlationKey is the key of the paused step (compared in
+// constant time), writes the claim of the pause for a resume with
+// resumeContext (eventstore.ResumeClaim: a lightweight transaction, so a
+// resume and the pause's deadline never both win), and registers a retry
+// for the next window (delay 1) with w, so that the next retry-node pass
+// after that window continues the saga: the next step receives
+// resumeContext, exactly as after Orchestrator.Resume.
+//
+// A request whose key already claimed a resume returns AlreadyResumed (not
+// an error: a retried webhook or command). A wrong key returns a
+// *CorrelationError (ErrCorrelationKey), a saga not paused, lost to its
+// deadline or past its transaction lifetime (at now) a *NotPausedError
+// (ErrNotPaused), a missing saga an error wrapping eventstore.ErrNotFound,
+// an invalid resume context one wrapping eventstore.ErrInvalid; nothing is
+// written then. w registers into the windows of its configuration: give
+// it the configuration of the retry nodes.
+func RequestResume(ctx context.Context, s eventstore.Store, w *Writer, scope eventstore.Scope, txID, correlationKey string, resumeContext map[string]string, now time.Time) (ResumeRequestResult, error) {
+	res := ResumeRequestResult{TxID: txID}
+	if w == nil {
+		return res, fmt.Errorf("recovery: resume %s: no Writer to register its retry with", txID)
+	}
+	if err := eventstore.ValidResumeContext(resumeContext); err != nil {
+		return res, fmt.Errorf("recovery: resume %s: %w", txID, err)
+	}
+	tx, err := s.LoadTransaction(ctx, scope, txID)
+	if err != nil {
+		return res, fmt.Errorf("recovery: resume %s: %w", txID, err)
+	}
+	res.State, res.Span, res.Kind, res.Endpoint, res.Attempt = tx.State, tx.Span, tx.Kind, tx.Endpoint, tx.Attempt
+	res.Event, res.PausedUntil = tx.PauseEvent, tx.PausedUntil
+	expected := eventstore.CorrelationKey(txID, tx.Span, tx.Kind)
+	match := subtle.ConstantTimeCompare([]byte(expected), []byte(correlationKey)) == 1
+	if tx.State != eventstore.StatePaused || !match {
+		span, kind, ok := eventstore.ParseCorrelationKey(txID, correlationKey)
+		if !ok {
+			return res, &CorrelationError{TxID: txID}
+		}
+		before, err := resumedBefore(ctx, s, scope, txID, span, kind)
+		if err != nil {
+			return res, err
+		}
+		if before {
+			res.AlreadyResumed = true
+			return res, nil
+		}
+		if tx.State == eventstore.StatePaused {
+			return res, &CorrelationError{TxID: txID, Stale: true}
+		}
+		return res, &NotPausedError{TxID: txID, State: tx.State}
+	}
+	if cfg := w.Config(); cfg.Expired(tx.LifetimeFrom(), now) {
+		return res, &NotPausedError{TxID: txID, State: tx.State, Reason: fmt.Sprintf(
+			"it outlived its transaction lifetime of %v (since %s): a retry node disables it rather than continue it", cfg.TransactionLifetime, tx.LifetimeFrom().Format(time.RFC3339))}
+	}
+	claim, err := eventstore.ResumeClaim(scope, txID, tx.Span, tx.Kind, tx.Attempt, eventstore.ClaimResume, resumeContext)
+	if err != nil {
+		return res, fmt.Errorf("recovery: resume %s: %w", txID, err)
+	}
+	applied, existing, err := s.InsertMarker(ctx, claim, eventstore.ResumeClaimTTL)
+	if err != nil {
+		return res, fmt.Errorf("recovery: resume %s: claim its pause: %w", txID, err)
+	}
+	switch {
+	case applied:
+		res.Claimed = true
+	case existing.Owner == eventstore.ClaimResume:
+		res.AlreadyResumed = true
+	default:
+		return res, &NotPausedError{TxID: txID, State: tx.State, Reason: "its deadline passed and the paused step is being invoked again"}
+	}
+	p, err := w.RegisterRetry(ctx, scope, txID, tx.Domain, 1)
+	if err != nil {
+		return res, fmt.Errorf("recovery: resume %s: the pause is claimed for the resume, but registering its retry failed (request the resume again, or its restore watchdog continues it later): %w", txID, err)
+	}
+	res.Registered, res.Retry, res.RetryDue = true, p, w.Windows().FromSlot(p.Day, p.MinuteOfDay).End
+	return res, nil
+}
+
+// resumedBefore reports whether a resume claimed a pause of txID at span
+// and kind (one read of the saga's marker partition).
+func resumedBefore(ctx context.Context, s eventstore.Store, scope eventstore.Scope, txID string, span int, kind string) (bool, error) {
+	ms, err := s.ListMarkers(ctx, scope, txID)
+	if err != nil {
+		return false, fmt.Errorf("recovery: resume %s: read its markers: %w", txID, err)
+	}
+	for _, m := range ms {
+		if m.IsResumeOf(span, kind) {
+			return true, nil
+		}
+	}
+	return false, nil
 }

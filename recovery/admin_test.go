@@ -254,6 +254,11 @@ func testListRetryPendingPages(t *testing.T, e *env) {
 	if l := e.listPending(Page{Offset: 2, Limit: 2}); !slices.Equal(pendingIDs(l), all[2:4]) || l.Next != all[3] {
 		t.Errorf("offset 2 limit 2: %v next %q, want %v next %q", pendingIDs(l), l.Next, all[2:4], all[3])
 	}
+	// The offset counts listed sagas, not the ones filtered out (04 and
+	// 01 are not RETRY_PENDING).
+	if l := e.listPending(Page{Offset: 3, Limit: 2}); !slices.Equal(pendingIDs(l), all[3:]) || l.Next != "" {
+		t.Errorf("offset 3 limit 2: %v next %q, want %v", pendingIDs(l), l.Next, all[3:])
+	}
 	// Exactly the last page: no Next.
 	if l := e.listPending(Page{After: all[2], Limit: 2}); !slices.Equal(pendingIDs(l), all[3:]) || l.Next != "" {
 		t.Errorf("last page: %v next %q, want %v and no next", pendingIDs(l), l.Next, all[3:])
@@ -325,6 +330,10 @@ func testListFrozen(t *testing.T, e *env) {
 	}
 	if got := frozenIDs(list(FrozenAll, Page{Offset: 3, Limit: 2})); !slices.Equal(got, []string{"tx-1"}) {
 		t.Errorf("offset 3: %v", got)
+	}
+	// Page 2 of the disabled ones: the offset counts disabled sagas only.
+	if l := list(FrozenDisabled, Page{Offset: 1, Limit: 1}); !slices.Equal(frozenIDs(l), []string{"tx-1"}) || l.Next != "" {
+		t.Errorf("disabled offset 1: %v next %q", frozenIDs(l), l.Next)
 	}
 }
 

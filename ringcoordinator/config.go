@@ -42,7 +42,7 @@ const (
 //	coordinator.deploy.role                Role when not index-based (master-slave)
 //	coordinator.deploy.ordinal             Ordinal (default: from the host name, "coordinator-2" is 2)
 //	coordinator.cycle                      Cycle: the publish cycle (1m)
-//	coordinator.publish-offset             PublishOffset: publish instant in a cycle (30s: half the cycle)
+//	coordinator.publish-offset             PublishOffset: publish instant in a cycle (0: half the cycle, second 30)
 //	coordinator.http.address               HTTPAddr: /healthz and /readyz (":7080"; "off" disables)
 //	agent.master.host / .port              MasterHost, MasterPort: the master's bind address (0.0.0.0:7070)
 //	agent.master.lazy-rebalance-cycles     LazyRebalanceCycles (0)
@@ -52,7 +52,7 @@ const (
 //	agent.slave.target-master.host* / .port*  TargetMasterHost, TargetMasterPort: the slave's master
 //	                                       (default localhost:7070; the local master when both roles run)
 //	agent.connector.target-master.host / .port  ConnectorMasterHost, ConnectorMasterPort: a retry node's master
-//	agent.connector.guard                  Guard: a retry node stops this long before its minute ends (cycle/30)
+//	agent.connector.guard                  Guard: a retry node stops this long before its minute ends (0: cycle/30)
 //	agent.reconnect.min-backoff / max-backoff  MinBackoff, MaxBackoff (200ms, 10s)
 //
 // Each key has an environment override: its full path upper-cased with
@@ -93,12 +93,11 @@ func DefaultConfig() Config {
 	return Config{
 		Region: DefaultRegion, Cluster: DefaultCluster,
 		Role: RoleMasterSlave, Ordinal: -1,
-		Cycle: DefaultCycle, PublishOffset: DefaultPublishOffset(DefaultCycle), HTTPAddr: DefaultHTTPAddr,
+		Cycle: DefaultCycle, HTTPAddr: DefaultHTTPAddr,
 		MasterHost: "0.0.0.0", MasterPort: DefaultMasterPort,
 		SlaveHost: "0.0.0.0", SlavePort: DefaultSlavePort,
 		TargetMasterHost: "localhost", TargetMasterPort: DefaultMasterPort,
 		ConnectorMasterPort: DefaultMasterPort,
-		Guard:               DefaultGuard(DefaultCycle),
 		MinBackoff:          DefaultMinBackoff, MaxBackoff: DefaultMaxBackoff,
 	}
 }
@@ -195,7 +194,7 @@ func (c Config) check(p *yamlconfig.Problems) {
 	if c.Cycle < MinCycle || c.Cycle%time.Millisecond != 0 {
 		p.Add("coordinator.cycle", "must be whole milliseconds and at least %v, got %v", MinCycle, c.Cycle)
 	}
-	if c.PublishOffset <= 0 || c.PublishOffset >= c.Cycle {
+	if c.PublishOffset < 0 || c.PublishOffset >= c.Cycle {
 		p.Add("coordinator.publish-offset", "must lie strictly within the cycle (%v), got %v", c.Cycle, c.PublishOffset)
 	}
 	if c.Guard < 0 || c.Guard >= c.Cycle/2 {
@@ -307,8 +306,7 @@ func EnvName(path string) string { return key{path: path}.env() }
 // Config), applies the environment overrides from the process environment,
 // fills the defaults and validates. Other keys are ignored; a key set to
 // null or "" takes its default. Durations are Go durations ("30s") or
-// ISO-8601 ("PT30S"). When the cycle is set and the publish offset or the
-// guard are not, they are derived from it (half the cycle, a thirtieth).
+// ISO-8601 ("PT30S").
 func LoadConfig(data []byte) (Config, error) { return LoadConfigWithEnv(data, os.LookupEnv) }
 
 // LoadConfigFile is LoadConfig on the contents of the file at path.
@@ -330,7 +328,6 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 	}
 	c := DefaultConfig()
 	p := yamlconfig.Problems{Prefix: "stacksaga."}
-	set := make(map[string]bool)
 	for _, k := range keys {
 		v, ok, err := lookupPath(doc.Stacksaga, k.path)
 		if err != nil {
@@ -342,9 +339,7 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 		}
 		if err := k.set(&c, v); err != nil {
 			p.Add(k.path, "%w", err)
-			continue
 		}
-		set[k.path] = true
 	}
 	get := yamlconfig.Env(lookup)
 	for _, k := range keys {
@@ -354,11 +349,8 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 		}
 		if err := k.set(&c, v); err != nil {
 			p.Append(yamlconfig.EnvError(k.env(), "stacksaga."+k.path, err))
-			continue
 		}
-		set[k.path] = true
 	}
-	c.derive(set)
 	c.check(&p)
 	if err := p.Err(ErrInvalidConfig); err != nil {
 		return Config{}, err
@@ -366,24 +358,20 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 	return c, nil
 }
 
-// derive fills the publish offset and the guard from the cycle when only
-// the cycle was set.
-func (c *Config) derive(set map[string]bool) {
-	if set["coordinator.cycle"] {
-		if !set["coordinator.publish-offset"] {
-			c.PublishOffset = DefaultPublishOffset(c.Cycle)
-		}
-		if !set["agent.connector.guard"] {
-			c.Guard = DefaultGuard(c.Cycle)
-		}
+// EffectivePublishOffset is PublishOffset, or half the cycle if 0.
+func (c Config) EffectivePublishOffset() time.Duration {
+	if c.PublishOffset == 0 {
+		return DefaultPublishOffset(c.Cycle)
 	}
+	return c.PublishOffset
 }
 
-// Derive is what LoadConfig does after reading: when the cycle was changed
-// (by a flag, say) and the publish offset or the guard were not, they are
-// derived from it. cycleSet, offsetSet and guardSet say what was set.
-func (c *Config) Derive(cycleSet, offsetSet, guardSet bool) {
-	c.derive(map[string]bool{"coordinator.cycle": cycleSet, "coordinator.publish-offset": offsetSet, "agent.connector.guard": guardSet})
+// EffectiveGuard is Guard, or a thirtieth of the cycle if 0.
+func (c Config) EffectiveGuard() time.Duration {
+	if c.Guard == 0 {
+		return DefaultGuard(c.Cycle)
+	}
+	return c.Guard
 }
 
 // lookupPath finds the scalar at a dotted path of a decoded YAML tree.
@@ -411,39 +399,7 @@ func lookupPath(tree map[string]any, path string) (string, bool, error) {
 	}
 }
 
-var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$`)
-
 // ParseDuration parses a Go duration ("30s", "1m", "500ms") or an ISO-8601
 // duration ("PT30S"). A bare number is refused: its unit would be
 // ambiguous.
-func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Errorf("duration %q needs a unit, e.g. %ss", s, s)
-	}
-	if d, err := time.ParseDuration(s); err == nil {
-		return d, nil
-	}
-	up := strings.ToUpper(s)
-	if m := isoDuration.FindStringSubmatch(up); m != nil && up != "P" && up != "PT" && !strings.HasSuffix(up, "T") {
-		var d time.Duration
-		for i, unit := range []time.Duration{24 * time.Hour, time.Hour, time.Minute} {
-			if m[i+1] != "" {
-				n, err := strconv.ParseInt(m[i+1], 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("duration %q: %w", s, err)
-				}
-				d += time.Duration(n) * unit
-			}
-		}
-		if m[4] != "" {
-			f, err := strconv.ParseFloat(m[4], 64)
-			if err != nil {
-				return 0, fmt.Errorf("duration %q: %w", s, err)
-			}
-			d += time.Duration(f * float64(time.Second))
-		}
-		return d, nil
-	}
-	return 0, fmt.Errorf("invalid duration %q (want e.g. 30s, 500ms or PT30S)", s)
-}
+func ParseDuration(s string) (time.Duration, error) { return yamlconfig.ParseDuration(s) }

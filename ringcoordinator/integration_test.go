@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
 
 // TestIntegrationRSocket runs the coordinator over real RSocket on
@@ -22,9 +24,7 @@ import (
 //   - from the nodes' own records, no two ever held overlapping ranges at
 //     the same instant.
 func TestIntegrationRSocket(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test (about 30s)")
-	}
+	testenv.Long(t, "integration test over RSocket (about 30s)")
 	t.Cleanup(func() { checkNoLeaks(t) })
 	const cycle = 2 * time.Second
 	tp := RSocketTransport{KeepAlive: 500 * time.Millisecond, KeepAliveLifetime: 3 * time.Second}

@@ -68,6 +68,10 @@ func NewMaster(opts ...Option) (*Master, error) {
 // Addr returns the master's bound address.
 func (m *Master) Addr() string { return m.ln.Addr() }
 
+// Close releases the master's address when Run will not be called (or
+// stops a running master, as the end of Run's context does).
+func (m *Master) Close() error { return m.ln.Close() }
+
 // ID returns the master's id (fresh per instance).
 func (m *Master) ID() string { return m.id }
 

@@ -61,7 +61,8 @@ func DefaultPublishOffset(cycle time.Duration) time.Duration { return cycle / 2 
 func DefaultGuard(cycle time.Duration) time.Duration { return cycle / 30 }
 
 // WithConfig applies c (from LoadConfig): region, cluster, cycle, publish
-// offset, lazy rebalance, backoff and the guard. Addresses are role
+// offset, lazy rebalance, backoff and the guard (0 offset and guard derive
+// from the cycle). Addresses are role
 // specific and are not taken from it: use WithListen, WithAdvertise and
 // WithMaster (Config.MasterListenAddr and its siblings give them).
 func WithConfig(c Config) Option {
@@ -85,7 +86,8 @@ func WithScope(region, cluster string) Option {
 func WithListen(addr string) Option { return func(o *options) { o.listen = addr } }
 
 // WithAdvertise sets the address a Slave gives orchestrators (through the
-// master) to reach it. Default: the bound address.
+// master) to reach it. Default: the bound address; a port 0 is replaced by
+// the bound port.
 func WithAdvertise(addr string) Option { return func(o *options) { o.advertise = addr } }
 
 // WithMaster sets the master a Slave registers with and a Connector asks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -65,11 +66,25 @@ func NewSlave(opts ...Option) (*Slave, error) {
 		return nil, fmt.Errorf("ringcoordinator: slave: %w", err)
 	}
 	s.ln = ln
-	if s.o.advertise == "" {
-		s.o.advertise = ln.Addr()
-	}
+	s.o.advertise = advertiseAddr(s.o.advertise, ln.Addr())
 	s.o.log = o.log.With("role", "slave", "slave", s.id, "region", o.region, "cluster", o.cluster)
 	return s, nil
+}
+
+// advertiseAddr returns the address to advertise: bound if none is
+// configured, with bound's port if the configured one is 0.
+func advertiseAddr(configured, bound string) string {
+	if configured == "" {
+		return bound
+	}
+	host, port, err := net.SplitHostPort(configured)
+	if err != nil || port != "0" {
+		return configured
+	}
+	if _, bport, err := net.SplitHostPort(bound); err == nil {
+		return net.JoinHostPort(host, bport)
+	}
+	return configured
 }
 
 // Addr returns the slave's bound address.
@@ -77,6 +92,10 @@ func (s *Slave) Addr() string { return s.ln.Addr() }
 
 // AdvertisedAddr returns the address orchestrators are given for the slave.
 func (s *Slave) AdvertisedAddr() string { return s.o.advertise }
+
+// Close releases the slave's address when Run will not be called (or
+// stops serving orchestrators, as the end of Run's context does).
+func (s *Slave) Close() error { return s.ln.Close() }
 
 // ID returns the slave's id.
 func (s *Slave) ID() string { return s.id }

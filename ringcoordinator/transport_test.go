@@ -307,3 +307,33 @@ func ourGoroutines() string {
 	}
 	return strings.Join(out, "\n\n")
 }
+
+// TestVersionRefusedOverTheWire: a peer speaking protocol version 2 is
+// refused by a master with an error naming both versions, which the peer
+// sees as a PeerError matching ErrUnsupportedVersion; the same for a
+// slave's stream.
+func TestVersionRefusedOverTheWire(t *testing.T) {
+	transports(t, func(t *testing.T, tp Transport) {
+		t.Cleanup(func() { checkNoLeaks(t) })
+		m, err := NewMaster(WithTransport(tp), WithLogger(quiet))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr := run(m.Run)
+		defer mr.stop(t)
+		ctx := context.Background()
+		c, err := tp.Dial(ctx, m.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, err = c.RequestResponse(ctx, []byte(`{"v":2,"type":"assign","body":{}}`))
+		if !errors.Is(err, ErrUnsupportedVersion) || !strings.Contains(err.Error(), "version 2") {
+			t.Fatalf("v2 request-response: %v, want a refusal matching ErrUnsupportedVersion", err)
+		}
+		err = c.RequestStream(ctx, []byte(`{"v":2,"type":"register","body":{}}`), func([]byte) error { return nil })
+		if !errors.Is(err, ErrUnsupportedVersion) {
+			t.Fatalf("v2 request-stream: %v, want a refusal matching ErrUnsupportedVersion", err)
+		}
+	})
+}

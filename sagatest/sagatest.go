@@ -313,17 +313,7 @@ func (e *Env) WriteProtectionStats() writeprotect.Stats {
 	e.mu.Unlock()
 	var sum writeprotect.Stats
 	for _, g := range guards {
-		s := g.Stats()
-		sum.Executions += s.Executions
-		sum.DuplicatesSkipped += s.DuplicatesSkipped
-		sum.LeaseWaits += s.LeaseWaits
-		sum.LeaseHeld += s.LeaseHeld
-		sum.NullCompensations += s.NullCompensations
-		sum.HangingRefusals += s.HangingRefusals
-		sum.TerminalFenced += s.TerminalFenced
-		sum.Released += s.Released
-		sum.LeaseOverruns += s.LeaseOverruns
-		sum.CommitFailures += s.CommitFailures
+		sum = sum.Add(g.Stats())
 	}
 	return sum
 }
@@ -603,7 +593,7 @@ func (e *Env) lag() (string, error) {
 	}
 	var behind []string
 	for _, c := range groups {
-		committed, err := e.adm.FetchOffsets(ctx, c.group)
+		committed, err := fetchOffsets(ctx, e.adm, c.group)
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			committed, err = nil, nil
 		}

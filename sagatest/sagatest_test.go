@@ -296,7 +296,7 @@ func TestCrashWorkersEvery(t *testing.T) {
 				return
 			}
 			env.AssertExactlyOnce()
-			checkNoMarkers(t, env, o, ids)
+			checkMarkers(t, env, o, want, true)
 			if wp.LeaseWaits == 0 || wp.DuplicatesSkipped == 0 {
 				t.Errorf("write protection %+v: want redeliveries that met a live lease and a committed marker", wp)
 			}
@@ -463,7 +463,8 @@ func (f *fakeT) cleanup() {
 }
 
 // STRICT write protection runs every step once under duplicated commands
-// and replies, twin instances and restarts, and leaves no marker behind.
+// and replies, twin instances and restarts, and leaves one marker per step,
+// expiring after the retention.
 func TestWriteProtectionStrict(t *testing.T) {
 	env := sagatest.New(t, sagatest.WithWriteProtection(writeprotect.Strict),
 		sagatest.DuplicateCommands(2), sagatest.DuplicateReplies(1), sagatest.TwinWorkers(), sagatest.RestartWorkersEvery(40))
@@ -471,7 +472,7 @@ func TestWriteProtectionStrict(t *testing.T) {
 	ids, want := run(t, o, 60, 10)
 	checkEnd(t, env, o, ids, want, 1)
 	env.AssertExactlyOnce()
-	checkNoMarkers(t, env, o, ids)
+	checkMarkers(t, env, o, want, true)
 	wp := env.WriteProtectionStats()
 	t.Logf("stats %+v\nwrite protection %+v", env.Stats(), wp)
 	if wp.DuplicatesSkipped == 0 || wp.Executions != uint64(len(expected(want))) {
@@ -487,27 +488,119 @@ func TestWriteProtectionRelaxed(t *testing.T) {
 	ids, want := run(t, o, 60, 10)
 	checkEnd(t, env, o, ids, want, 1)
 	env.AssertExactlyOnce()
-	checkNoMarkers(t, env, o, ids)
+	checkMarkers(t, env, o, want, true)
 	t.Logf("stats %+v\nwrite protection %+v", env.Stats(), env.WriteProtectionStats())
 }
 
-// checkNoMarkers checks that the finished sagas' marker partitions are
-// empty.
-func checkNoMarkers(t *testing.T, env *sagatest.Env, o *orchestrator.Orchestrator[Order], ids []string) {
+// checkMarkers checks the markers the guards left behind: the
+// orchestrator keeps a finished saga's markers (it no longer deletes its
+// partition), so every step that ran has one, COMMITTED (a null
+// compensation's action: COMPENSATED_EMPTY), and it expires after the
+// guards' retention (DefaultMarkerRetention): markers must not stay
+// forever. Unless everyStep, a step may lack its marker (its commit
+// failed).
+func checkMarkers(t *testing.T, env *sagatest.Env, o *orchestrator.Orchestrator[Order], want map[string]eventstore.State, everyStep bool) {
 	t.Helper()
-	left := 0
-	for _, id := range ids {
+	retention := writeprotect.DefaultMarkerRetention
+	exp := expected(want)
+	bad := 0
+	report := func(format string, args ...any) {
+		if bad++; bad <= 5 {
+			t.Errorf(format, args...)
+		}
+	}
+	for id := range want {
 		ms, err := env.Store().ListMarkers(t.Context(), o.Scope(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ms) > 0 {
-			if left++; left <= 3 {
-				t.Errorf("saga %s ended with %d markers, first %+v", id, len(ms), ms[0].MarkerKey)
+		steps := 0
+		for x := range exp {
+			if x.TxID == id {
+				steps++
+			}
+		}
+		if len(ms) > steps || (everyStep && len(ms) != steps) {
+			report("saga %s (%s) ended with %d markers, want one per step (%d)", id, want[id], len(ms), steps)
+		}
+		for _, m := range ms {
+			if m.State != eventstore.MarkerCommitted && m.State != eventstore.MarkerCompensatedEmpty {
+				report("saga %s ended with a %s marker %+v", id, m.State, m.MarkerKey)
+			}
+			if m.TTL <= 0 || m.TTL > retention {
+				report("saga %s: marker %d/%s expires in %v, want within the retention (%v)", id, m.Span, m.Kind, m.TTL, retention)
 			}
 		}
 	}
-	if left > 0 {
-		t.Errorf("%d of %d finished sagas have markers", left, len(ids))
+	if bad > 0 {
+		t.Errorf("%d marker problems in %d finished sagas", bad, len(want))
+	}
+}
+
+// A command delivered again after its saga ended (its worker restarted
+// with redelivery) finds its step's marker, which the orchestrator keeps:
+// it is skipped and its recorded reply re-sent, and the orchestrator
+// ignores that reply as stale. No guard reads the saga's state (the
+// terminal fence is off by default) and none takes a compensation for one
+// whose action marker was lost. In-process broker and memory store, and
+// real Kafka and Cassandra.
+func TestLateDuplicatesAfterEnd(t *testing.T) {
+	for _, backend := range []string{"memory", "cassandra"} {
+		for _, mode := range []writeprotect.Mode{writeprotect.Strict, writeprotect.RelaxedWithDedup} {
+			t.Run(backend+"/"+string(mode), func(t *testing.T) {
+				var env *sagatest.Env
+				n := fixed
+				if backend == "cassandra" {
+					env, n = realEnv(t, sagatest.WithWriteProtection(mode)), uniqueNames(t)
+				} else {
+					env = sagatest.New(t, sagatest.WithWriteProtection(mode))
+				}
+				o := start(env, n)
+				ids, want := run(t, o, 10, 5)
+				checkEnd(t, env, o, ids, want, 1)
+				before, stale := env.WriteProtectionStats(), o.Stats().StaleReplies
+
+				// The payment service gets every command it handled again:
+				// each saga's charge, and the compensated sagas' refunds.
+				env.RestartWorker(n.payment)
+				redelivered := uint64(len(ids))
+				for _, s := range want {
+					if s == eventstore.StateCompensated {
+						redelivered++
+					}
+				}
+				waitFor(t, "the recorded replies of the late duplicates", func() bool {
+					return o.Stats().StaleReplies-stale >= int64(redelivered)
+				})
+				env.AssertExactlyOnce()
+				wp := env.WriteProtectionStats()
+				t.Logf("write protection before %+v\nafter %+v", before, wp)
+				if wp.DuplicatesSkipped-before.DuplicatesSkipped != redelivered || wp.Executions != before.Executions ||
+					wp.TerminalFenced != 0 || wp.MissingActionMarkers != 0 || wp.NullCompensations != 0 {
+					t.Errorf("write protection %+v after %+v: want %d duplicates skipped and nothing else", wp, before, redelivered)
+				}
+				if got := o.Stats().StaleReplies - stale; got != int64(redelivered) {
+					t.Errorf("the orchestrator ignored %d replies after the end, want the %d recorded ones", got, redelivered)
+				}
+				for _, id := range ids {
+					if s, err := o.Get(t.Context(), id); err != nil || s.State != want[id] {
+						t.Errorf("saga %s: %+v, %v after the late duplicates, want %s", id, s.State, err, want[id])
+					}
+				}
+				checkMarkers(t, env, o, want, true)
+			})
+		}
+	}
+}
+
+// waitFor polls cond for up to a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -325,7 +325,7 @@ func (in *instance) committed(ctx context.Context) (at, logStart map[int32]int64
 	if err != nil {
 		return nil, nil, fmt.Errorf("sagatest: worker %s: start offsets: %w", in.svc.name, err)
 	}
-	commits, err := adm.FetchOffsets(ctx, in.group)
+	commits, err := fetchOffsets(ctx, adm, in.group)
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		commits, err = nil, nil // a group that never committed
 	}
@@ -561,3 +561,22 @@ func (r *rendezvous) meet(ctx context.Context, key string, idx int) bool {
 // worker started in place of a crashed one sometimes waited the whole
 // default (5s) for records produced meanwhile.
 const kfakeFetchMaxWait = 200 * time.Millisecond
+
+// fetchOffsets is kadm's FetchOffsets, retried while Kafka answers with a
+// retriable error (a coordinator still loading or moving, as on a broker
+// that just started) until ctx ends.
+func fetchOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
+	delay := 50 * time.Millisecond
+	for {
+		commits, err := adm.FetchOffsets(ctx, group)
+		if err == nil || !kerr.IsRetriable(err) {
+			return commits, err
+		}
+		select {
+		case <-ctx.Done():
+			return commits, err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}

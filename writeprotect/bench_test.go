@@ -65,12 +65,12 @@ func BenchmarkGuardCassandra(b *testing.B) {
 	benchGuard(b, be, cassandraCounter{s})
 }
 
-// The per-step statements without the terminal fence, for comparison.
-func BenchmarkGuardMemoryNoFence(b *testing.B) {
+// The per-step statements with the terminal fence, for comparison.
+func BenchmarkGuardMemoryFence(b *testing.B) {
 	be := memoryBackend(b)
 	cs := &countingStore{Store: be.store}
 	be.store = cs
-	g := be.guard(b, writeprotect.Strict, writeprotect.WithoutTerminalFence())
+	g := be.guard(b, writeprotect.Strict, writeprotect.WithTerminalFence())
 	reply := &topics.Envelope{Outcome: topics.OutcomeOK, Payload: pl("done")}
 	cmd := command(uniqueScope(b), "tx", 1, topics.KindProcess)
 	i := 0

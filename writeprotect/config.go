@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -94,9 +92,18 @@ type Config struct {
 	MarkerRetention time.Duration
 }
 
-// DefaultMarkerRetention is the default Config.MarkerRetention: twice the
-// default transaction lifetime.
-const DefaultMarkerRetention = 48 * time.Hour
+// Marker retention (Config.MarkerRetention).
+const (
+	// DefaultMarkerRetention is the default Config.MarkerRetention: twice
+	// the default transaction lifetime.
+	DefaultMarkerRetention = 48 * time.Hour
+	// MinMarkerRetention is the shortest retention accepted: a marker must
+	// outlive the saga it protects.
+	MinMarkerRetention = time.Hour
+	// MaxMarkerRetention is the longest retention accepted: Cassandra's
+	// longest TTL (20 years).
+	MaxMarkerRetention = 630720000 * time.Second
+)
 
 // keyPrefix is the prefix of every configuration key.
 const keyPrefix = "stacksaga.cassandra.write-protection."
@@ -167,8 +174,11 @@ func (c Config) validate(skew time.Duration) error {
 		p.Add("default-mode", "unknown mode %q (want %s or %s)", string(c.DefaultMode), Strict, RelaxedWithDedup)
 	}
 	lease("default-lease-duration", c.DefaultLease)
-	if c.MarkerRetention > 0 && c.MarkerRetention < time.Hour {
-		p.Add("marker-retention", "must be at least 1h (longer than the transaction lifetime), or negative for none, got %v", c.MarkerRetention)
+	switch r := c.MarkerRetention; {
+	case r > 0 && r < MinMarkerRetention:
+		p.Add("marker-retention", "must be at least %v (longer than the transaction lifetime), or negative to keep markers until the orchestrator deletes them, got %v", MinMarkerRetention, r)
+	case r > MaxMarkerRetention:
+		p.Add("marker-retention", "must be at most %v (Cassandra's longest TTL), got %v", MaxMarkerRetention, r)
 	}
 	for name, d := range c.Domains {
 		if strings.TrimSpace(name) == "" {
@@ -285,14 +295,15 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 // upper-cased with '.' and '-' turned into '_'. Domain keys have none
 // (domain names may contain characters that variables cannot).
 const (
-	EnvDefaultMode  = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_DEFAULT_MODE"
-	EnvDefaultLease = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_DEFAULT_LEASE_DURATION"
+	EnvDefaultMode     = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_DEFAULT_MODE"
+	EnvDefaultLease    = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_DEFAULT_LEASE_DURATION"
+	EnvMarkerRetention = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_MARKER_RETENTION"
 )
 
-// ApplyEnv overrides DefaultMode and DefaultLease from EnvDefaultMode and
-// EnvDefaultLease (set and non-empty ones only), looked up with lookup
-// (os.LookupEnv in LoadConfig). An unparsable value is reported naming the
-// variable and the key.
+// ApplyEnv overrides DefaultMode, DefaultLease and MarkerRetention from
+// EnvDefaultMode, EnvDefaultLease and EnvMarkerRetention (set and non-empty
+// ones only), looked up with lookup (os.LookupEnv in LoadConfig). An
+// unparsable value is reported naming the variable and the key.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	get := yamlconfig.Env(lookup)
 	var p yamlconfig.Problems
@@ -312,42 +323,24 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			c.DefaultLease = d
 		}
 	}
+	if v, ok := get(EnvMarkerRetention); ok {
+		d, err := ParseDuration(v)
+		if err != nil {
+			p.Append(yamlconfig.EnvError(EnvMarkerRetention, keyPrefix+"marker-retention", err))
+		} else {
+			c.MarkerRetention = d
+		}
+	}
 	return p.Err(ErrInvalidConfig)
 }
-
-var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$`)
 
 // ParseDuration parses a Go duration ("5s", "1m30s", "500ms") or an
 // ISO-8601 duration of days, hours, minutes and seconds ("PT5S", "P1DT2H").
 // A bare number is refused: its unit would be ambiguous.
 func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Errorf("writeprotect: duration %q needs a unit, e.g. %ss", s, s)
+	d, err := yamlconfig.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("writeprotect: %w", err)
 	}
-	if d, err := time.ParseDuration(s); err == nil {
-		return d, nil
-	}
-	up := strings.ToUpper(s)
-	if m := isoDuration.FindStringSubmatch(up); m != nil && up != "P" && up != "PT" && !strings.HasSuffix(up, "T") {
-		var d time.Duration
-		for i, unit := range []time.Duration{24 * time.Hour, time.Hour, time.Minute} {
-			if m[i+1] != "" {
-				n, err := strconv.ParseInt(m[i+1], 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("writeprotect: duration %q: %w", s, err)
-				}
-				d += time.Duration(n) * unit
-			}
-		}
-		if m[4] != "" {
-			f, err := strconv.ParseFloat(m[4], 64)
-			if err != nil {
-				return 0, fmt.Errorf("writeprotect: duration %q: %w", s, err)
-			}
-			d += time.Duration(f * float64(time.Second))
-		}
-		return d, nil
-	}
-	return 0, fmt.Errorf("writeprotect: invalid duration %q (want e.g. 5s, 500ms or PT5S)", s)
+	return d, nil
 }

@@ -14,7 +14,8 @@ import (
 
 func TestDefaultConfig(t *testing.T) {
 	c := writeprotect.DefaultConfig()
-	if c.DefaultMode != writeprotect.RelaxedWithDedup || c.DefaultLease != 5*time.Second || len(c.Domains) != 0 {
+	if c.DefaultMode != writeprotect.RelaxedWithDedup || c.DefaultLease != 5*time.Second || len(c.Domains) != 0 ||
+		c.MarkerRetention != writeprotect.DefaultMarkerRetention || writeprotect.DefaultMarkerRetention != 48*time.Hour {
 		t.Fatalf("DefaultConfig() = %+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -71,8 +72,9 @@ func TestLoadConfigSeedExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := writeprotect.Config{
-		DefaultMode:  writeprotect.RelaxedWithDedup,
-		DefaultLease: 5 * time.Second,
+		DefaultMode:     writeprotect.RelaxedWithDedup,
+		DefaultLease:    5 * time.Second,
+		MarkerRetention: writeprotect.DefaultMarkerRetention,
 		Domains: map[string]writeprotect.DomainConfig{
 			"payment-saga":      {Mode: writeprotect.Strict, Lease: 10 * time.Second},
 			"order-saga":        {Mode: writeprotect.Strict},
@@ -104,12 +106,22 @@ func TestLoadConfigDefaultsAndForms(t *testing.T) {
 		{"nulls take defaults", "stacksaga:\n  cassandra:\n    write-protection:\n      default-mode: null\n      default-lease-duration: ~\n",
 			writeprotect.DefaultConfig()},
 		{"strict with ISO lease", "stacksaga:\n  cassandra:\n    write-protection:\n      default-mode: strict\n      default-lease-duration: PT7S\n",
-			writeprotect.Config{DefaultMode: writeprotect.Strict, DefaultLease: 7 * time.Second}},
+			writeprotect.Config{DefaultMode: writeprotect.Strict, DefaultLease: 7 * time.Second, MarkerRetention: 48 * time.Hour}},
 		{"dashes and case", "stacksaga:\n  cassandra:\n    write-protection:\n      default-mode: relaxed-with-dedup\n      default-lease-duration: 1m30s\n",
-			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 90 * time.Second}},
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 90 * time.Second, MarkerRetention: 48 * time.Hour}},
 		{"domain with lease only", "stacksaga:\n  cassandra:\n    write-protection:\n      domains:\n        d:\n          lease-duration: 2s\n",
-			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second,
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: 48 * time.Hour,
 				Domains: map[string]writeprotect.DomainConfig{"d": {Lease: 2 * time.Second}}}},
+		{"marker retention", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: 72h\n",
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: 72 * time.Hour}},
+		{"ISO marker retention", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: P7D\n",
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: 7 * 24 * time.Hour}},
+		{"permanent markers", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: -1s\n",
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: -time.Second}},
+		{"zero retention takes the default", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: 0s\n",
+			writeprotect.DefaultConfig()},
+		{"null retention takes the default", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: ~\n",
+			writeprotect.DefaultConfig()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := writeprotect.LoadConfigWithEnv([]byte(tc.yaml), noEnv)
@@ -196,15 +208,16 @@ func TestValidate(t *testing.T) {
 
 func TestApplyEnv(t *testing.T) {
 	env := map[string]string{
-		writeprotect.EnvDefaultMode:  "STRICT",
-		writeprotect.EnvDefaultLease: "3s",
+		writeprotect.EnvDefaultMode:     "STRICT",
+		writeprotect.EnvDefaultLease:    "3s",
+		writeprotect.EnvMarkerRetention: "PT96H",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	c, err := writeprotect.LoadConfigWithEnv([]byte(seedYAML), lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DefaultMode != writeprotect.Strict || c.DefaultLease != 3*time.Second {
+	if c.DefaultMode != writeprotect.Strict || c.DefaultLease != 3*time.Second || c.MarkerRetention != 96*time.Hour {
 		t.Fatalf("env overrides not applied: %+v", c)
 	}
 	if c.Domains["payment-saga"].Lease != 10*time.Second {
@@ -212,10 +225,57 @@ func TestApplyEnv(t *testing.T) {
 	}
 	env[writeprotect.EnvDefaultMode] = "sometimes"
 	env[writeprotect.EnvDefaultLease] = "3"
+	env[writeprotect.EnvMarkerRetention] = "48"
 	_, err = writeprotect.LoadConfigWithEnv(nil, lookup)
 	if err == nil || !strings.Contains(err.Error(), writeprotect.EnvDefaultMode+" (stacksaga.cassandra.write-protection.default-mode)") ||
-		!strings.Contains(err.Error(), writeprotect.EnvDefaultLease+" (stacksaga.cassandra.write-protection.default-lease-duration)") {
+		!strings.Contains(err.Error(), writeprotect.EnvDefaultLease+" (stacksaga.cassandra.write-protection.default-lease-duration)") ||
+		!strings.Contains(err.Error(), writeprotect.EnvMarkerRetention+" (stacksaga.cassandra.write-protection.marker-retention)") {
 		t.Fatalf("bad env values: %v", err)
+	}
+	// The variable overrides the YAML key, and its value is validated.
+	env = map[string]string{writeprotect.EnvMarkerRetention: "10m"}
+	_, err = writeprotect.LoadConfigWithEnv([]byte("stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: 72h\n"), lookup)
+	if err == nil || !strings.Contains(err.Error(), "stacksaga.cassandra.write-protection.marker-retention: must be at least 1h0m0s") {
+		t.Fatalf("short retention from the environment: %v", err)
+	}
+}
+
+// marker-retention: at least MinMarkerRetention, at most Cassandra's
+// longest TTL, negative for none; every refusal names the key.
+func TestMarkerRetentionBounds(t *testing.T) {
+	const key = "stacksaga.cassandra.write-protection.marker-retention: "
+	doc := func(v string) []byte {
+		return []byte("stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: " + v + "\n")
+	}
+	for v, want := range map[string]string{
+		"30m":     key + "must be at least 1h0m0s (longer than the transaction lifetime)",
+		"59m59s":  key + "must be at least 1h0m0s",
+		"P7400D":  key + "must be at most 175200h0m0s (Cassandra's longest TTL), got 177600h0m0s",
+		"forever": key + `writeprotect: invalid duration "forever"`,
+		"172800":  key + `writeprotect: duration "172800" needs a unit`,
+		"1ns":     key + "must be at least 1h0m0s",
+	} {
+		_, err := writeprotect.LoadConfigWithEnv(doc(v), noEnv)
+		if !errors.Is(err, writeprotect.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("marker-retention %s: %v, want %q", v, err, want)
+		}
+	}
+	for _, v := range []string{"1h", "24h", "-1ns", "-48h", "P7300D"} {
+		c, err := writeprotect.LoadConfigWithEnv(doc(v), noEnv)
+		if err != nil {
+			t.Errorf("marker-retention %s: %v", v, err)
+			continue
+		}
+		if d, _ := writeprotect.ParseDuration(v); c.MarkerRetention != d {
+			t.Errorf("marker-retention %s loaded as %v", v, c.MarkerRetention)
+		}
+	}
+	c := writeprotect.Config{MarkerRetention: time.Minute}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), key+"must be at least 1h0m0s") {
+		t.Errorf("Validate: %v", err)
+	}
+	if _, err := writeprotect.New(memoryBackend(t).store, c); err == nil || !strings.Contains(err.Error(), key) {
+		t.Errorf("New with a one-minute retention: %v", err)
 	}
 }
 

@@ -3,8 +3,11 @@
 // step a worker executes (worker.WithGuard) and keeps one execution marker
 // per (transaction, span, kind) in es_execution_markers, in the partition
 // of the orchestrating service (the command's Region, Cluster and
-// Service), which the orchestrator deletes with one partition delete when
-// the saga ends.
+// Service). Markers outlive their saga: a recorded outcome is written with
+// a TTL of Config.MarkerRetention (marker-retention, default 48h, longer
+// than the transaction lifetime) and expires by itself, so that a
+// duplicate delivered after the saga ended still finds it (see "Late
+// duplicates after the saga ended").
 //
 // # Modes
 //
@@ -15,11 +18,13 @@
 // key.
 //
 // STRICT: INSERT ... IF NOT EXISTS USING TTL <lease> (an LWT). Applied: the
-// step runs, then its marker is committed permanently (TTL 0, COMMITTED)
-// with the encoded reply. A live lease (another instance is running the
-// step): back off and read the marker again (plain reads: an LWT per try
-// would contend on the partition the lease holder commits to) until it is
-// committed, or gone and the insert is tried again; after the lease plus
+// step runs, then its marker is committed (COMMITTED, with the retention
+// as its TTL) with the encoded reply, and the commit is confirmed with a
+// second LWT (see "The commit is confirmed"). A live lease (another
+// instance is running the step): back off and read the marker again (plain
+// reads: an LWT per try would contend on the partition the lease holder
+// commits to) until it is committed, or gone and the insert is tried
+// again; after the lease plus
 // a second, or after WithMaxLeaseWait (10s) if that is sooner, the guard
 // returns ErrLeaseHeld and the worker retries the command later (see
 // "Waiting for a lease"). Committed: the step is skipped and the recorded
@@ -46,9 +51,9 @@
 //
 // RELAXED_WITH_DEDUP: read the marker; committed: skip and re-send the
 // recorded reply; otherwise run the step and write the marker with the
-// reply in one plain write. No LWT: sequential duplicates are skipped, two
-// concurrent deliveries may both run (for steps that are idempotent by
-// nature).
+// reply (and the retention as its TTL) in one plain write. No LWT:
+// sequential duplicates are skipped, two concurrent deliveries may both
+// run (for steps that are idempotent by nature).
 //
 // Outcomes: ok and non-retryable replies are committed. A retryable reply
 // is not (a STRICT lease is deleted instead): the step is re-driven later
@@ -61,12 +66,13 @@
 // orchestrator compensates that step too, not only the ones before it.
 //
 // A commit can fail: the write is tried three times (bounded by
-// WithCommitTimeout, not by the caller's context), then the failure is
-// logged and counted (Stats.CommitFailures) and the reply is sent anyway,
-// because the step did run. The step then has no marker (a STRICT lease
-// left behind expires): a duplicate delivered later runs it again, and its
-// compensation relies on ActionDone (below) not to be taken for a null
-// one.
+// WithCommitTimeout, not by the caller's context; a STRICT commit also
+// fails when it stays hidden by its lease, see "The commit is confirmed"),
+// then the failure is logged and counted (Stats.CommitFailures) and the
+// reply is sent anyway, because the step did run. The step then has no
+// marker (a STRICT lease left behind expires): a duplicate delivered later
+// runs it again, and its compensation relies on ActionDone (below) not to
+// be taken for a null one.
 //
 // # The handler's deadline
 //
@@ -96,7 +102,8 @@
 // tests on it see the same lease.
 //
 // A lease taken so late that the deadline has passed (the store's retries
-// of an LWT whose outcome was unknown, or the fence read, outlasted it) is
+// of an LWT whose outcome was unknown, or WithTerminalFence's read,
+// outlasted it) is
 // released without running the step: Execute returns ErrLeaseExpired and
 // the worker retries (Stats.LateLeases).
 //
@@ -134,7 +141,7 @@
 //
 // Absent, without ActionDone: the action may never have run. The guard
 // records COMPENSATED_EMPTY on the action's key with INSERT ... IF NOT
-// EXISTS and replies ok with the entity unchanged, without calling the
+// EXISTS (with the retention as its TTL, as a commit) and replies ok with the entity unchanged, without calling the
 // handler (null compensation). An action that then arrives finds
 // COMPENSATED_EMPTY and is refused (hanging): its handler is not called
 // and it gets a non-retryable reply whose error is ErrHanging. The reply is
@@ -170,39 +177,100 @@
 // lease that expires in it, taken over or recorded empty by a
 // compensation at that moment, is overwritten.
 //
+// # The commit is confirmed
+//
+// The plain commit replaces the lease, an LWT, only by having the newer
+// write timestamp, and on Cassandra that can fail after the commit was
+// acknowledged. All the markers of a saga share one partition, hence one
+// Paxos state. An LWT on it whose round overlapped the lease's (a
+// duplicate of another step of the saga, a twin of this one, a
+// compensation's barrier) can find the lease's proposal unfinished and
+// propose it again with its own, newer ballot, and so can the LWTs that
+// follow while such a re-proposal is itself unfinished; with Paxos v1
+// (Cassandra's default, up to 5.0) re-proposed cells take the new ballot
+// as their write timestamp. One newer than the commit's hides it: the
+// marker reads as the lease again, the recorded reply is lost, and once
+// the lease expires a duplicate runs the step again although nothing
+// overran and no commit failed. This was seen in the STRICT acceptance
+// test under load, about once in a few thousand steps, the lease
+// re-proposed by the very LWT of the next duplicate, after a read had
+// found the commit in place.
+//
+// So a STRICT commit is confirmed with an LWT: the commit is inserted once
+// more with INSERT ... IF NOT EXISTS. Its Paxos round first finishes any
+// unfinished round on the partition, so a re-proposal of the lease has
+// landed by the time it reads the marker, and none can come after it
+// (later rounds find the partition's rounds finished). It finds the
+// commit: done. It finds the execution's own lease: the commit was hidden
+// (Stats.ShadowedCommits); it is written again after a pause, which gives
+// it a newer timestamp than the re-proposal's, and confirmed again, at
+// most three times (then it counts as a failed commit). It finds no
+// marker: it inserted the commit itself. Cost: one LWT per STRICT commit.
+// A store that committed with a conditional LWT (UPDATE ... IF owner = ?)
+// instead of the plain write would need one LWT in all.
+//
 // # Late duplicates after the saga ended
 //
-// The orchestrator deletes a saga's markers when it reaches a terminal
-// state (after persisting that state), so a duplicate delivered later
-// would find no marker. Terminal fence: whenever the guard is about to run
-// a step (or record a null compensation) for which it found no marker, it
-// reads the saga's state (eventstore.StateReader when the store has it, as
-// the memory and Cassandra stores do: one column; LoadTransaction, the
-// whole row, otherwise; the row is in the same keyspace and scope) after
-// creating its marker and, if the saga is terminal,
-// deletes what it created and sends nothing (Stats.TerminalFenced). After
-// the marker is created is the safe order: the partition is deleted only
-// after the saga is terminal, so a marker created in an emptied partition
-// always sees the terminal row. A saga row that is not found does not
-// fence (the worker's store may not hold the orchestrator's rows). Cost: one
-// read per executed step, none per skipped duplicate; WithoutTerminalFence
-// saves it.
+// By default the orchestrator keeps a saga's markers when the saga ends,
+// and they expire after the retention: a duplicate delivered after the end
+// finds its step's marker like any duplicate, is skipped and re-sends the
+// recorded reply (the orchestrator ignores it as stale), and a
+// compensation with ActionDone finds its action's marker. Nothing reads
+// the saga's state for it. MarkerRetention must therefore be longer than
+// a duplicate can arrive late: longer than the transaction lifetime (the
+// recovery watchdog re-sends steps within it), at least an hour; a
+// negative retention keeps markers for good.
+//
+// An orchestrator with orchestrator.WithMarkerCleanup deletes a saga's
+// markers with one partition delete when it reaches a terminal state
+// (after persisting that state), and a late duplicate would then find no
+// marker and run again. Its workers' guards need WithTerminalFence:
+// whenever the guard is about to run a step (or record a null
+// compensation) for which it found no marker, it reads the saga's state
+// (eventstore.StateReader when the store has it, as the memory and
+// Cassandra stores do: one column; LoadTransaction, the whole row,
+// otherwise; the row is in the same keyspace and scope) after creating its
+// marker and, if the saga is terminal, deletes what it created and sends
+// nothing (Stats.TerminalFenced). After the marker is created is the safe
+// order: the partition is deleted only after the saga is terminal, so a
+// marker created in an emptied partition always sees the terminal row. A
+// saga row that is not found does not fence (the worker's store may not
+// hold the orchestrator's rows). Cost: one read per executed step, none
+// per skipped duplicate.
 //
 // # Statements per step
 //
-// With the terminal fence on (Cassandra round trips; an LWT costs about
+// By default (terminal fence off; Cassandra round trips; an LWT costs about
 // four):
 //
-//	                                  STRICT                     RELAXED_WITH_DEDUP
-//	action, first delivery            LWT + read + write         read + read + write
-//	action, duplicate                 LWT                        read
-//	compensation, first               read + LWT + read + write  read + read + read + write
-//	compensation, action marker lost  read + LWT + read + write  read + read + read + write
-//	compensation, duplicate           read + LWT                 read + read
-//	null compensation                 read + LWT + read          read + LWT + read
-//	hanging action                    LWT                        read
-//	retryable outcome                 LWT + read + delete        read + read
-//	late duplicate (fenced)           LWT + read + delete        read + read
+//	                                  STRICT                      RELAXED_WITH_DEDUP
+//	action, first delivery            LWT + write + LWT           read + write
+//	action, duplicate                 LWT                         read
+//	compensation, first               read + LWT + write + LWT    read + read + write
+//	compensation, action marker lost  read + LWT + write + LWT    read + read + write
+//	compensation, duplicate           read + LWT                  read + read
+//	null compensation                 read + LWT                  read + LWT
+//	hanging action                    LWT                         read
+//	retryable outcome                 LWT + delete                read
+//	late duplicate (markers kept)     LWT                         read
+//
+// The LWT after a STRICT write confirms the commit (above); a commit found
+// hidden adds a write and an LWT per rewrite.
+//
+// With WithTerminalFence, every executed step (and null compensation)
+// reads the saga's state once more:
+//
+//	                                  STRICT                             RELAXED_WITH_DEDUP
+//	action, first delivery            LWT + read + write + LWT           read + read + write
+//	action, duplicate                 LWT                                read
+//	compensation, first               read + LWT + read + write + LWT    read + read + read + write
+//	compensation, action marker lost  read + LWT + read + write + LWT    read + read + read + write
+//	compensation, duplicate           read + LWT                         read + read
+//	null compensation                 read + LWT + read                  read + LWT + read
+//	hanging action                    LWT                                read
+//	retryable outcome                 LWT + read + delete                read + read
+//	late duplicate (markers kept)     LWT                                read
+//	late duplicate after cleanup      LWT + read + delete                read + read
 //
 // A command waiting for another execution's lease adds one read per try,
 // and in STRICT mode one more LWT once the lease is gone. A STRICT step

@@ -226,9 +226,11 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 					x.logArgs()...)
 				return nil, false, nil
 			}
+			// Recorded for the retention, as a commit is: it must outlive
+			// the saga (a hanging action may arrive late), not stay forever.
 			applied, existing, err := x.g.store.InsertMarker(ctx, eventstore.Marker{
 				MarkerKey: pk, State: eventstore.MarkerCompensatedEmpty, Owner: x.owner(),
-			}, 0)
+			}, x.g.cfg.retention())
 			if err != nil {
 				return nil, true, x.fail("record null compensation", err)
 			}
@@ -272,7 +274,8 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 }
 
 // strict runs the step under an exclusive lease: INSERT ... IF NOT EXISTS
-// USING TTL lease, run, then commit the marker permanently with the reply.
+// USING TTL lease, run, then commit the marker (retention TTL) with the
+// reply and confirm the commit.
 func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 	key := markerKey(x.cmd, x.cmd.Kind)
 	owner := x.owner()
@@ -445,9 +448,10 @@ func (x *execution) existing(ctx context.Context, m eventstore.Marker, w *waiter
 	}
 }
 
-// fence reports whether the saga is terminal, in which case the command is
-// a late duplicate: the orchestrator deleted the saga's markers when it
-// ended, so the marker was not found. own, if set, is the marker this
+// fence reports, with WithTerminalFence, whether the saga is terminal, in
+// which case the command is a late duplicate: an orchestrator with
+// WithMarkerCleanup deleted the saga's markers when it ended, so the
+// marker was not found. own, if set, is the marker this
 // execution just created; it is deleted when fenced (and when the fence
 // cannot be read, so that the retry does not wait for it).
 func (x *execution) fence(ctx context.Context, own *eventstore.MarkerKey) (bool, error) {
@@ -494,9 +498,10 @@ func (x *execution) drop(ctx context.Context, own *eventstore.MarkerKey) {
 
 // settle records the outcome of a run. A retryable outcome (or no reply)
 // is not recorded, so the re-driven step runs again; a STRICT lease is
-// deleted for it. Any other outcome is committed permanently with the
-// encoded reply, which duplicates get instead of running. The write is not
-// bound by ctx: the step ran, its outcome must be recorded.
+// deleted for it. Any other outcome is committed with the encoded reply,
+// for the retention (Config.MarkerRetention), and duplicates get it
+// instead of running; a STRICT commit is then confirmed (see confirm). The
+// writes are not bound by ctx: the step ran, its outcome must be recorded.
 func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner string, reply *topics.Envelope, leased bool) *topics.Envelope {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
 	defer cancel()
@@ -517,17 +522,9 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 		return reply
 	}
 	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec, TTL: x.g.cfg.retention()}
-	delay := x.g.opts.backoffInitial
-	for attempt := 1; ; attempt++ {
-		err = x.g.store.PutMarker(cctx, m)
-		if err == nil || attempt == 3 || cctx.Err() != nil {
-			break
-		}
-		select {
-		case <-time.After(delay):
-		case <-cctx.Done():
-		}
-		delay = min(2*delay, x.g.opts.backoffMax)
+	err = x.put(cctx, m)
+	if err == nil && leased {
+		err = x.confirm(ctx, cctx, m)
 	}
 	if err != nil {
 		x.g.stats.commitFailures.Add(1)
@@ -535,6 +532,81 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 			x.logArgs("err", err)...)
 	}
 	return reply
+}
+
+// put writes m, trying three times (bounded by cctx).
+func (x *execution) put(cctx context.Context, m eventstore.Marker) error {
+	delay := x.g.opts.backoffInitial
+	for attempt := 1; ; attempt++ {
+		err := x.g.store.PutMarker(cctx, m)
+		if err == nil || attempt == 3 || cctx.Err() != nil {
+			return err
+		}
+		if !sleep(cctx, delay) {
+			return err
+		}
+		delay = min(2*delay, x.g.opts.backoffMax)
+	}
+}
+
+// maxRewrites bounds how many times confirm writes a hidden commit again.
+const maxRewrites = 3
+
+// confirm makes sure a STRICT commit is not hidden by the lease it
+// replaced; see "The commit is confirmed" in the package documentation.
+// It inserts the commit once more with INSERT ... IF NOT EXISTS (an LWT,
+// like the lease): its Paxos round first finishes any unfinished round on
+// the saga's partition, so a re-proposal of the lease stamped later than
+// the commit has landed when it reads the marker, and none can follow it.
+// It reads the commit: done. The execution's own lease: the commit was
+// hidden; it is written again after a pause (so that the rewrite's
+// timestamp is newer than the re-proposal's) and confirmed again, at most
+// maxRewrites times. No marker: the insert recorded the commit. Another
+// execution's marker is left alone (the lease expired and the step was
+// taken over, as in stillLeased).
+func (x *execution) confirm(ctx, cctx context.Context, m eventstore.Marker) error {
+	delay := x.g.opts.backoffInitial
+	for rewrites := 0; ; rewrites++ {
+		applied, got, err := x.g.store.InsertMarker(cctx, m, m.TTL)
+		switch {
+		case err != nil:
+			x.g.log.WarnContext(ctx, "writeprotect: cannot confirm a commit (it was written)", x.logArgs("err", err)...)
+			return nil
+		case applied, got.State == eventstore.MarkerCommitted && got.Owner == m.Owner:
+			return nil
+		case got.State != eventstore.MarkerLeased || got.Owner != m.Owner:
+			x.g.log.ErrorContext(ctx, "writeprotect: the step's commit was replaced by another execution's marker; the step may have run twice",
+				x.logArgs("marker", got.State, "owner", got.Owner)...)
+			return nil
+		}
+		if rewrites == 0 {
+			x.g.stats.shadowedCommits.Add(1)
+			x.g.log.WarnContext(ctx, "writeprotect: the commit was hidden by the step's own lease (an LWT on the saga's partition re-proposed it); writing it again",
+				x.logArgs()...)
+		}
+		if rewrites == maxRewrites {
+			return fmt.Errorf("commit still hidden by the step's lease after %d rewrites", maxRewrites)
+		}
+		if !sleep(cctx, delay) {
+			return cctx.Err()
+		}
+		delay = min(2*delay, x.g.opts.backoffMax)
+		if err := x.put(cctx, m); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // recorded returns the reply recorded in a committed marker, addressed to

@@ -216,15 +216,15 @@ func TestStrictRunDeadlineAndOverrun(t *testing.T) {
 }
 
 // Store failures: before the run nothing runs and Execute asks to retry;
-// after the run the reply is sent anyway; a failed fence read frees the
-// lease so the retry does not wait for it.
+// after the run the reply is sent anyway; a failed fence read (with
+// WithTerminalFence) frees the lease so the retry does not wait for it.
 func TestStoreFailures(t *testing.T) {
 	b := memoryBackend(t)
 	fs := &faultStore{Store: b.store}
 	b.store = fs
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
-			g := b.guard(t, mode)
+			g := b.guard(t, mode, writeprotect.WithTerminalFence())
 			var h handler
 			scope := uniqueScope(t)
 			cmd := command(scope, "tx-fail", 1, topics.KindProcess)

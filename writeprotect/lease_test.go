@@ -135,8 +135,8 @@ func TestStrictWaitPollsWithReads(t *testing.T) {
 		if rep := <-done; rep.Outcome != topics.OutcomeOK || h.runs.Load() != 1 {
 			t.Fatalf("reply %+v, runs %d", rep, h.runs.Load())
 		}
-		if n := cs.lwts.Load(); n != 2 {
-			t.Fatalf("%d conditional inserts, want 2 (one more once the lease expired)", n)
+		if n := cs.lwts.Load(); n != 3 {
+			t.Fatalf("%d conditional inserts, want 3 (one more once the lease expired, one confirming the commit)", n)
 		}
 	})
 	t.Run("HolderCommits", func(t *testing.T) {
@@ -274,8 +274,9 @@ func (f stateFenceStore) TransactionState(ctx context.Context, s eventstore.Scop
 	return f.Store.(eventstore.StateReader).TransactionState(ctx, s, tx)
 }
 
-// The terminal fence reads the saga's state alone when the store can, and
-// the whole row otherwise; both fence.
+// The terminal fence (WithTerminalFence) reads the saga's state alone when
+// the store can, and the whole row otherwise; both fence. Without the
+// option nothing is read.
 func TestFenceReadsStateWhenItCan(t *testing.T) {
 	ctx := context.Background()
 	for _, withState := range []bool{true, false} {
@@ -286,7 +287,7 @@ func TestFenceReadsStateWhenItCan(t *testing.T) {
 			store = stateFenceStore{fs}
 		}
 		g, err := writeprotect.New(store, writeprotect.Config{DefaultMode: writeprotect.Strict},
-			writeprotect.WithClock(b.clock.Now), writeprotect.WithLogger(quietLogger()))
+			writeprotect.WithClock(b.clock.Now), writeprotect.WithLogger(quietLogger()), writeprotect.WithTerminalFence())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,6 +307,19 @@ func TestFenceReadsStateWhenItCan(t *testing.T) {
 		if fs.loads.Load() != wantLoads || fs.states.Load() != wantStates {
 			t.Fatalf("state reader %v: %d LoadTransaction, %d TransactionState; want %d and %d",
 				withState, fs.loads.Load(), fs.states.Load(), wantLoads, wantStates)
+		}
+		// The default guard reads neither: with the markers kept, a
+		// command without a marker is a first delivery.
+		open, err := writeprotect.New(store, writeprotect.Config{DefaultMode: writeprotect.Strict},
+			writeprotect.WithClock(b.clock.Now), writeprotect.WithLogger(quietLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := open.Execute(ctx, cmd, h.run(cmd)); rep == nil || err != nil || h.runs.Load() != 1 {
+			t.Fatalf("state reader %v, fence off: reply %+v, err %v, runs %d; want a run", withState, rep, err, h.runs.Load())
+		}
+		if fs.loads.Load() != wantLoads || fs.states.Load() != wantStates {
+			t.Fatalf("state reader %v, fence off: the saga was read", withState)
 		}
 	}
 }

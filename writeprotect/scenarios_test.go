@@ -31,6 +31,7 @@ func runScenarios(t *testing.T, sc scale, newBackend func(t *testing.T) *backend
 			t.Run("NullCompensationAndHanging", func(t *testing.T) { scenarioNullAndHanging(t, newBackend(t), mode) })
 			t.Run("Compensation", func(t *testing.T) { scenarioCompensation(t, newBackend(t), mode) })
 			t.Run("TerminalFence", func(t *testing.T) { scenarioTerminalFence(t, newBackend(t), mode) })
+			t.Run("LateDuplicateAfterEnd", func(t *testing.T) { scenarioLateDuplicate(t, newBackend(t), mode) })
 			t.Run("ReplyAddressedToRedrive", func(t *testing.T) { scenarioRedrive(t, newBackend(t), mode) })
 			t.Run("CommitFailureThenCompensation", func(t *testing.T) { scenarioCommitFailure(t, newBackend(t), mode) })
 		})
@@ -75,8 +76,8 @@ func scenarioSequential(t *testing.T, b *backend, mode writeprotect.Mode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.State != eventstore.MarkerCommitted || m.TTL != 0 || len(m.Reply) == 0 {
-		t.Fatalf("marker %+v, want COMMITTED, permanent, with the reply", m)
+	if m.State != eventstore.MarkerCommitted || len(m.Reply) == 0 || !retained(m) {
+		t.Fatalf("marker %+v, want COMMITTED with the reply, expiring after the retention (%v)", m, writeprotect.DefaultMarkerRetention)
 	}
 	if m.Site != "worker:charge" || m.Span != 1 || m.Kind != "process" || m.Scope != scope {
 		t.Fatalf("marker key %+v", m.MarkerKey)
@@ -137,8 +138,8 @@ func scenarioNullAndHanging(t *testing.T, b *backend, mode writeprotect.Mode) {
 		t.Fatalf("null compensation reply %+v", r1)
 	}
 	m, err := b.store.GetMarker(context.Background(), writeprotect.MarkerKeyFor(process))
-	if err != nil || m.State != eventstore.MarkerCompensatedEmpty || m.TTL != 0 {
-		t.Fatalf("action marker %+v, %v; want permanent COMPENSATED_EMPTY", m, err)
+	if err != nil || m.State != eventstore.MarkerCompensatedEmpty || !retained(m) {
+		t.Fatalf("action marker %+v, %v; want COMPENSATED_EMPTY expiring after the retention", m, err)
 	}
 	r2 := execute(t, g2, revert, h.run(revert))
 	if err := sameReply(r1, r2); err != nil {
@@ -185,13 +186,14 @@ func scenarioCompensation(t *testing.T, b *backend, mode writeprotect.Mode) {
 	}
 }
 
-// After the saga is terminal and its markers are deleted, late duplicates
-// do not run (nor record a null compensation) and leave the partition
-// empty.
+// With WithTerminalFence, after the saga is terminal and its markers are
+// deleted (the partition delete of an orchestrator with
+// WithMarkerCleanup), late duplicates do not run (nor record a null
+// compensation) and leave the partition empty.
 func scenarioTerminalFence(t *testing.T, b *backend, mode writeprotect.Mode) {
 	ctx := context.Background()
 	scope := uniqueScope(t)
-	g := b.guard(t, mode)
+	g := b.guard(t, mode, writeprotect.WithTerminalFence())
 	var h handler
 	process := command(scope, "tx-fence", 1, topics.KindProcess)
 	revert := command(scope, "tx-fence", 2, topics.KindRevert)
@@ -220,11 +222,22 @@ func scenarioTerminalFence(t *testing.T, b *backend, mode writeprotect.Mode) {
 	if st := g.Stats(); st.TerminalFenced != 3 || st.NullCompensations != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	// The fence is what stops them: without it the duplicate runs again.
-	open := b.guard(t, mode, writeprotect.WithoutTerminalFence())
-	execute(t, open, process, h.run(process))
-	if n := h.runs.Load(); n != 2 {
-		t.Fatalf("without the fence the handler ran %d times, want 2", n)
+	// The fence is what stops them: without it (the default, or turned
+	// off again) the duplicate runs again once the markers are deleted.
+	for i, open := range []*writeprotect.Guard{
+		b.guard(t, mode),
+		b.guard(t, mode, writeprotect.WithTerminalFence(), writeprotect.WithoutTerminalFence()),
+	} {
+		if err := b.store.DeleteMarkers(ctx, scope, "tx-fence"); err != nil {
+			t.Fatal(err)
+		}
+		execute(t, open, process, h.run(process))
+		if n := h.runs.Load(); n != int64(2+i) {
+			t.Fatalf("guard %d without the fence: the handler ran %d times, want %d", i, n, 2+i)
+		}
+		if st := open.Stats(); st.TerminalFenced != 0 || st.Executions != 1 {
+			t.Fatalf("guard %d without the fence: stats %+v", i, st)
+		}
 	}
 	// A saga that is not terminal is not fenced.
 	if err := b.store.Transition(ctx, eventstore.Transaction{
@@ -233,8 +246,81 @@ func scenarioTerminalFence(t *testing.T, b *backend, mode writeprotect.Mode) {
 		t.Fatal(err)
 	}
 	other := command(scope, "tx-fence", 5, topics.KindProcess)
-	if rep := execute(t, g, other, h.run(other)); rep == nil || h.runs.Load() != 3 {
+	if rep := execute(t, g, other, h.run(other)); rep == nil || h.runs.Load() != 4 {
 		t.Fatalf("live saga's step: reply %+v, runs %d", rep, h.runs.Load())
+	}
+}
+
+// By default the orchestrator keeps a saga's markers when it ends and they
+// expire after the retention: a late duplicate of any of its steps, on
+// any instance, finds its step's marker, is skipped and re-sends the
+// recorded reply, without a read of the saga's state (the terminal fence
+// is off) and without taking a compensation with ActionDone for one whose
+// action marker was lost. With the fence on, the markers kept mean that it
+// is not even read.
+func scenarioLateDuplicate(t *testing.T, b *backend, mode writeprotect.Mode) {
+	ctx := context.Background()
+	scope := uniqueScope(t)
+	const tx = "tx-late"
+	var h handler
+	// The saga: span 1 runs, span 2 fails for good, span 1 is compensated.
+	ran := b.guard(t, mode)
+	proc1 := command(scope, tx, 1, topics.KindProcess)
+	proc2 := command(scope, tx, 2, topics.KindProcess)
+	rev1 := command(scope, tx, 1, topics.KindRevert)
+	rev1.ActionDone = true
+	first := map[*topics.Envelope]*topics.Envelope{}
+	first[proc1] = execute(t, ran, proc1, h.run(proc1))
+	failing := handler{outcome: topics.OutcomeNonRetryable}
+	first[proc2] = execute(t, ran, proc2, failing.run(proc2))
+	first[rev1] = execute(t, ran, rev1, h.run(rev1))
+	if err := b.store.CreateTransaction(ctx, eventstore.Transaction{
+		Scope: scope, TxID: tx, Domain: testDomain, State: eventstore.StateCompensated, Version: 5,
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	late := b.guard(t, mode)
+	fenced := b.guard(t, mode, writeprotect.WithTerminalFence())
+	for _, g := range []*writeprotect.Guard{late, fenced} {
+		for _, cmd := range []*topics.Envelope{proc1, proc2, rev1} {
+			again := *cmd
+			again.Attempt = 2 // a re-sent command: the reply is addressed to it
+			rep, err := g.Execute(ctx, &again, h.run(&again))
+			if err != nil || rep == nil {
+				t.Fatalf("late %s/%d: reply %+v, err %v; want the recorded reply", cmd.Kind, cmd.Span, rep, err)
+			}
+			want := *first[cmd]
+			want.Attempt = 2
+			if err := sameReply(&want, rep); err != nil {
+				t.Fatalf("late %s/%d: %v", cmd.Kind, cmd.Span, err)
+			}
+		}
+	}
+	if n, f := h.runs.Load(), failing.runs.Load(); n != 2 || f != 1 {
+		t.Fatalf("handlers ran %d and %d times, want 2 and 1", n, f)
+	}
+	for _, g := range []*writeprotect.Guard{late, fenced} {
+		if st := g.Stats(); st.DuplicatesSkipped != 3 || st.Executions != 0 || st.TerminalFenced != 0 ||
+			st.MissingActionMarkers != 0 || st.NullCompensations != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	}
+	ms, err := b.store.ListMarkers(ctx, scope, tx)
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("markers %+v, %v; want the three steps'", ms, err)
+	}
+	for _, m := range ms {
+		if m.State != eventstore.MarkerCommitted || !retained(m) {
+			t.Fatalf("marker %+v: want COMMITTED, expiring after the retention", m)
+		}
+	}
+	if b.clock == nil {
+		return // Cassandra: the retention is not waited for
+	}
+	// Markers do not stay forever: after the retention they are gone.
+	b.clock.Add(writeprotect.DefaultMarkerRetention + time.Second)
+	if ms, err := b.store.ListMarkers(ctx, scope, tx); err != nil || len(ms) != 0 {
+		t.Fatalf("markers after the retention: %+v, %v; want none", ms, err)
 	}
 }
 

@@ -68,7 +68,7 @@ func (c *countingStore) TransactionState(ctx context.Context, s eventstore.Scope
 	return c.Store.(eventstore.StateReader).TransactionState(ctx, s, tx)
 }
 
-// statementCase is one row of the package documentation's table.
+// statementCase is one row of the package documentation's tables.
 type statementCase struct {
 	name string
 	// setup runs unmeasured; measure is measured.
@@ -91,101 +91,150 @@ func runCmd(t *testing.T, g *writeprotect.Guard, cmd *topics.Envelope, outcome t
 	}
 }
 
+// The measured steps and setups the tables share.
+var (
+	runAction = func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+		run(t, g, s, tx, topics.KindProcess, "")
+	}
+	runCompensation = func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+		run(t, g, s, tx, topics.KindRevert, "")
+	}
+	setupAction = func(t *testing.T, _ *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+		run(t, g, s, tx, topics.KindProcess, "")
+	}
+	// setupEnded runs the action and ends its saga (COMPLETED); the
+	// markers are kept, as the orchestrator does by default.
+	setupEnded = func(t *testing.T, b *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+		run(t, g, s, tx, topics.KindProcess, "")
+		if err := b.store.CreateTransaction(context.Background(), eventstore.Transaction{Scope: s, TxID: tx, State: eventstore.StateCompleted}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// setupCleanedUp is setupEnded followed by the partition delete of an
+	// orchestrator with WithMarkerCleanup.
+	setupCleanedUp = func(t *testing.T, b *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+		setupEnded(t, b, g, s, tx)
+		if err := b.store.DeleteMarkers(context.Background(), s, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+)
+
+// statementCases is the default table (terminal fence off).
 var statementCases = []statementCase{
-	{name: "action, first delivery",
-		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
-			run(t, g, s, tx, topics.KindProcess, "")
-		},
-		strict: stmts{Reads: 1, Writes: 1, LWTs: 1}, relaxed: stmts{Reads: 2, Writes: 1}},
-	{name: "action, duplicate",
-		setup: func(t *testing.T, _ *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
-			run(t, g, s, tx, topics.KindProcess, "")
-		},
-		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
-			run(t, g, s, tx, topics.KindProcess, "")
-		},
+	{name: "action, first delivery", measure: runAction,
+		strict: stmts{Writes: 1, LWTs: 2}, relaxed: stmts{Reads: 1, Writes: 1}},
+	{name: "action, duplicate", setup: setupAction, measure: runAction,
 		strict: stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
-	{name: "compensation, first",
-		setup: func(t *testing.T, _ *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
-			run(t, g, s, tx, topics.KindProcess, "")
-		},
-		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
-			run(t, g, s, tx, topics.KindRevert, "")
-		},
-		strict: stmts{Reads: 2, Writes: 1, LWTs: 1}, relaxed: stmts{Reads: 3, Writes: 1}},
+	{name: "compensation, first", setup: setupAction, measure: runCompensation,
+		strict: stmts{Reads: 1, Writes: 1, LWTs: 2}, relaxed: stmts{Reads: 2, Writes: 1}},
 	{name: "compensation, duplicate",
 		setup: func(t *testing.T, _ *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
 			run(t, g, s, tx, topics.KindProcess, "")
 			run(t, g, s, tx, topics.KindRevert, "")
 		},
-		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
-			run(t, g, s, tx, topics.KindRevert, "")
-		},
-		strict: stmts{Reads: 1, LWTs: 1}, relaxed: stmts{Reads: 2}},
+		measure: runCompensation,
+		strict:  stmts{Reads: 1, LWTs: 1}, relaxed: stmts{Reads: 2}},
 	{name: "compensation, action marker lost",
 		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
 			cmd := command(s, tx, 1, topics.KindRevert)
 			cmd.ActionDone = true
 			runCmd(t, g, cmd, "")
 		},
-		strict: stmts{Reads: 2, Writes: 1, LWTs: 1}, relaxed: stmts{Reads: 3, Writes: 1}},
-	{name: "null compensation",
-		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+		strict: stmts{Reads: 1, Writes: 1, LWTs: 2}, relaxed: stmts{Reads: 2, Writes: 1}},
+	{name: "null compensation", measure: runCompensation,
+		strict: stmts{Reads: 1, LWTs: 1}, relaxed: stmts{Reads: 1, LWTs: 1}},
+	{name: "hanging action",
+		setup: func(t *testing.T, _ *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
 			run(t, g, s, tx, topics.KindRevert, "")
 		},
+		measure: runAction,
+		strict:  stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
+	{name: "retryable outcome",
+		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+			run(t, g, s, tx, topics.KindProcess, topics.OutcomeRetryable)
+		},
+		strict: stmts{Writes: 1, LWTs: 1}, relaxed: stmts{Reads: 1}},
+	{name: "late duplicate (markers kept)", setup: setupEnded, measure: runAction,
+		strict: stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
+}
+
+// fencedStatementCases is the table with WithTerminalFence: one more read
+// per executed step (none per skipped duplicate), and the row of a late
+// duplicate after an orchestrator with WithMarkerCleanup deleted the
+// saga's markers.
+var fencedStatementCases = []statementCase{
+	{name: "action, first delivery", measure: runAction,
+		strict: stmts{Reads: 1, Writes: 1, LWTs: 2}, relaxed: stmts{Reads: 2, Writes: 1}},
+	{name: "action, duplicate", setup: setupAction, measure: runAction,
+		strict: stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
+	{name: "compensation, first", setup: setupAction, measure: runCompensation,
+		strict: stmts{Reads: 2, Writes: 1, LWTs: 2}, relaxed: stmts{Reads: 3, Writes: 1}},
+	{name: "compensation, duplicate",
+		setup: func(t *testing.T, _ *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+			run(t, g, s, tx, topics.KindProcess, "")
+			run(t, g, s, tx, topics.KindRevert, "")
+		},
+		measure: runCompensation,
+		strict:  stmts{Reads: 1, LWTs: 1}, relaxed: stmts{Reads: 2}},
+	{name: "compensation, action marker lost",
+		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+			cmd := command(s, tx, 1, topics.KindRevert)
+			cmd.ActionDone = true
+			runCmd(t, g, cmd, "")
+		},
+		strict: stmts{Reads: 2, Writes: 1, LWTs: 2}, relaxed: stmts{Reads: 3, Writes: 1}},
+	{name: "null compensation", measure: runCompensation,
 		strict: stmts{Reads: 2, LWTs: 1}, relaxed: stmts{Reads: 2, LWTs: 1}},
 	{name: "hanging action",
 		setup: func(t *testing.T, _ *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
 			run(t, g, s, tx, topics.KindRevert, "")
 		},
-		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
-			run(t, g, s, tx, topics.KindProcess, "")
-		},
-		strict: stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
+		measure: runAction,
+		strict:  stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
 	{name: "retryable outcome",
 		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
 			run(t, g, s, tx, topics.KindProcess, topics.OutcomeRetryable)
 		},
 		strict: stmts{Reads: 1, Writes: 1, LWTs: 1}, relaxed: stmts{Reads: 2}},
-	{name: "late duplicate (fenced)",
-		setup: func(t *testing.T, b *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
-			run(t, g, s, tx, topics.KindProcess, "")
-			ctx := context.Background()
-			if err := b.store.CreateTransaction(ctx, eventstore.Transaction{Scope: s, TxID: tx, State: eventstore.StateCompleted}, nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.store.DeleteMarkers(ctx, s, tx); err != nil {
-				t.Fatal(err)
-			}
-		},
-		measure: func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
-			run(t, g, s, tx, topics.KindProcess, "")
-		},
+	{name: "late duplicate (markers kept)", setup: setupEnded, measure: runAction,
+		strict: stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
+	{name: "late duplicate after cleanup (fenced)", setup: setupCleanedUp, measure: runAction,
 		strict: stmts{Reads: 1, Writes: 1, LWTs: 1}, relaxed: stmts{Reads: 2}},
 }
 
-// checkStatements checks the package documentation's table on b, whose
-// store statements c counts.
+// checkStatements checks the package documentation's tables on b, whose
+// store statements c counts: the default one, and the one with
+// WithTerminalFence.
 func checkStatements(t *testing.T, b *backend, c statementCounter) {
-	for _, mode := range modes {
-		for i, tc := range statementCases {
-			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
-				g := b.guard(t, mode)
-				scope := uniqueScope(t)
-				tx := fmt.Sprintf("tx-stmt-%d", i)
-				if tc.setup != nil {
-					tc.setup(t, b, g, scope, tx)
-				}
-				c.reset()
-				tc.measure(t, g, scope, tx)
-				want := tc.strict
-				if mode == writeprotect.RelaxedWithDedup {
-					want = tc.relaxed
-				}
-				if got := c.counts(); got != want {
-					t.Fatalf("%s: %v, want %v", tc.name, got, want)
-				}
-			})
+	for _, table := range []struct {
+		name  string
+		cases []statementCase
+		opts  []writeprotect.Option
+	}{
+		{"default", statementCases, nil},
+		{"fenced", fencedStatementCases, []writeprotect.Option{writeprotect.WithTerminalFence()}},
+	} {
+		for _, mode := range modes {
+			for i, tc := range table.cases {
+				t.Run(table.name+"/"+string(mode)+"/"+tc.name, func(t *testing.T) {
+					g := b.guard(t, mode, table.opts...)
+					scope := uniqueScope(t)
+					tx := fmt.Sprintf("tx-stmt-%d", i)
+					if tc.setup != nil {
+						tc.setup(t, b, g, scope, tx)
+					}
+					c.reset()
+					tc.measure(t, g, scope, tx)
+					want := tc.strict
+					if mode == writeprotect.RelaxedWithDedup {
+						want = tc.relaxed
+					}
+					if got := c.counts(); got != want {
+						t.Fatalf("%s: %v, want %v", tc.name, got, want)
+					}
+				})
+			}
 		}
 	}
 }

@@ -55,6 +55,12 @@ type Stats struct {
 	// failed after the action ran. Without ActionDone they would have been
 	// null compensations.
 	MissingActionMarkers uint64
+	// ShadowedCommits counts STRICT commits that the LWT confirming them
+	// found hidden by the execution's own lease (on Cassandra, an LWT on
+	// the saga's marker partition re-proposed the lease's unfinished Paxos
+	// round with a newer write timestamp); they were written again (those
+	// still hidden after three rewrites count in CommitFailures too).
+	ShadowedCommits uint64
 }
 
 // Add returns the sum of s and o (for totals over several guards).
@@ -73,13 +79,14 @@ func (s Stats) Add(o Stats) Stats {
 		LateLeases:           s.LateLeases + o.LateLeases,
 		LostLeases:           s.LostLeases + o.LostLeases,
 		MissingActionMarkers: s.MissingActionMarkers + o.MissingActionMarkers,
+		ShadowedCommits:      s.ShadowedCommits + o.ShadowedCommits,
 	}
 }
 
 type counters struct {
 	executions, duplicates, leaseWaits, leaseHeld, nullComps, hanging,
 	fenced, released, overruns, commitFailures, lateLeases, lostLeases,
-	missingActions atomic.Uint64
+	missingActions, shadowedCommits atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -97,5 +104,6 @@ func (c *counters) snapshot() Stats {
 		LateLeases:           c.lateLeases.Load(),
 		LostLeases:           c.lostLeases.Load(),
 		MissingActionMarkers: c.missingActions.Load(),
+		ShadowedCommits:      c.shadowedCommits.Load(),
 	}
 }

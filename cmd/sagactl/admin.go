@@ -29,6 +29,7 @@ const (
 	exitUsage           = 2
 	exitNotFound        = 3
 	exitNotRestorable   = 4
+	exitNotPaused       = 4 // resume: not paused, or a wrong correlation key
 	defaultListLimit    = 50
 	defaultAdminTimeout = 2 * time.Minute
 )
@@ -44,10 +45,11 @@ const (
 var now = func() time.Time { return time.Now().UTC() }
 
 const adminUsage = `usage:
-  sagactl list retry-pending|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
+  sagactl list retry-pending|paused|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
   sagactl show TXID [flags]
   sagactl restore TXID [flags]
   sagactl restore --all-disabled [flags]
+  sagactl resume TXID CORRELATION_KEY [key=value ...] [flags]
 
 list prints the sagas of one service, newest first (transaction ids made
 by the orchestrator sort by creation time), with state, step, age and
@@ -57,6 +59,12 @@ reason:
                  lookback-days up to the farthest retry window), not by a
                  table scan; a RETRY_PENDING saga without a retry entry is
                  picked up by its restore watchdog instead
+  paused         sagas PAUSED by a step (or a decision) until a resume: found
+                 by walking the retry and restore buckets over the same days
+                 (every saga in flight has a restore watchdog), with the event
+                 waited for, the deadline (none: it waits for ever), how long
+                 it has been paused, whether a resume was requested (CLAIM)
+                 and the correlation key a resume must give
   frozen         every saga of the frozen table (es_frozen_transaction)
   disabled       frozen sagas now DISABLED (outlived transaction-lifetime)
   terminated     frozen sagas now COMPENSATION_FAILED
@@ -75,6 +83,17 @@ frozen table; then a retry is registered in the next window, so the next
 retry-node pass after it sends the step again with attempt+1. A RETRY_PENDING
 saga only gets a retry registered. --all-disabled restores every DISABLED
 saga of the service. What was done is printed per saga.
+
+resume asks for the resume of a PAUSED saga through the store alone (it
+sends nothing itself; an orchestrator's Resume or resume webhook does the
+same in one go): CORRELATION_KEY must be the key of the step that paused it
+(see list paused), compared in constant time; the key=value pairs are the
+resume context the next step receives (worker.Step.Resumed). It claims the
+pause for the resume (so its deadline can no longer invoke the step again)
+and registers a retry in the next window: a retry node continues the saga
+on its first pass after that window. Resuming again with the same key does
+nothing new and exits 0 (already resumed; a saga still waiting for its
+retry node gets another retry registered).
 
 flags (every command):
   --service NAME        the orchestrating service (required; env
@@ -99,8 +118,9 @@ exit codes:
   0  done
   1  runtime error: store unreachable, a query failed, invalid configuration
   2  usage error
-  3  saga not found (show, restore)
-  4  saga not restorable in its state (restore)
+  3  saga not found (show, restore, resume)
+  4  saga not restorable in its state (restore); saga not paused, or a
+     wrong or stale correlation key (resume)
   restore --all-disabled exits 1 if any restore failed at run time, else 4
   if any was not restorable, else 3 if any was gone, else 0.
 Errors go to stderr, one line each, naming what failed.
@@ -110,6 +130,8 @@ examples:
   sagactl list retry-pending --service order-service --limit 20 --after <next_after>
   sagactl show <txid> --service order-service --json
   sagactl restore --all-disabled --service order-service --config stacksaga.yaml
+  sagactl list paused --service order-service --config stacksaga.yaml
+  sagactl resume <txid> <txid>:1:process status=authorised payment_ref=psp-42 --service order-service
 `
 
 // adminFlags are the flags of list, show and restore.
@@ -213,16 +235,18 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	set := f.set()
 
 	// Arguments first: a usage error needs no store.
-	var what string // list: the list; show, restore: the TXID
+	var what string // list: the list; show, restore, resume: the TXID
+	var key string  // resume: the correlation key
+	var rc map[string]string
 	switch cmd {
 	case "list":
 		if len(pos) != 1 {
-			return failf(stderr, exitUsage, "list: want one of retry-pending, frozen, disabled, terminated, got %q (see sagactl list -h)", pos)
+			return failf(stderr, exitUsage, "list: want one of retry-pending, paused, frozen, disabled, terminated, got %q (see sagactl list -h)", pos)
 		}
 		switch pos[0] {
-		case "retry-pending", "frozen", "disabled", "terminated":
+		case "retry-pending", "paused", "frozen", "disabled", "terminated":
 		default:
-			return failf(stderr, exitUsage, "list: unknown list %q: want retry-pending, frozen, disabled or terminated", pos[0])
+			return failf(stderr, exitUsage, "list: unknown list %q: want retry-pending, paused, frozen, disabled or terminated", pos[0])
 		}
 		if *f.limit < 1 {
 			return failf(stderr, exitUsage, "list: --limit %d: want at least 1", *f.limit)
@@ -247,6 +271,14 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 			return failf(stderr, exitUsage, "restore: want one TXID or --all-disabled, got %q (see sagactl restore -h)", pos)
 		case len(pos) == 1:
 			what = pos[0]
+		}
+	case "resume":
+		if len(pos) < 2 || pos[0] == "" || pos[1] == "" {
+			return failf(stderr, exitUsage, "resume: want TXID CORRELATION_KEY [key=value ...], got %q (see sagactl resume -h)", pos)
+		}
+		what, key = pos[0], pos[1]
+		if rc, err = resumeContext(pos[2:]); err != nil {
+			return failf(stderr, exitUsage, "resume: %v", err)
 		}
 	}
 	if *f.timeout <= 0 {
@@ -296,6 +328,8 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		return c.list(ctx, what, page)
 	case "show":
 		return c.show(ctx, what)
+	case "resume":
+		return c.resume(ctx, what, key, rc)
 	default:
 		if *f.allDisabled {
 			return c.restoreAllDisabled(ctx)
@@ -453,6 +487,19 @@ type jsonPending struct {
 	Retries  []jsonPath `json:"retries"`
 }
 
+type jsonPaused struct {
+	jsonSaga
+	PauseEvent string `json:"pause_event"`
+	// CorrelationKey is the key sagactl resume (or a Resume) must give.
+	CorrelationKey string    `json:"correlation_key"`
+	PausedAt       time.Time `json:"paused_at"`
+	PausedSeconds  int64     `json:"paused_seconds"`
+	// Claim is "resume" when a resume was requested and a retry node has
+	// yet to continue the saga, "deadline" when its deadline passed.
+	Claim   string     `json:"claim,omitempty"`
+	Entries []jsonPath `json:"entries"`
+}
+
 type jsonFrozen struct {
 	jsonSaga
 	FrozenState string    `json:"frozen_state"`
@@ -494,6 +541,36 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 			sagas = append(sagas, js)
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.TxID, s.State, s.Domain, step(s.Transaction), s.Attempt,
 				age(at.Sub(s.CreatedAt)), due(s.Due, at), oneLine(s.Error, 100))
+		}
+		out.Sagas = sagas
+	} else if which == "paused" {
+		l, err := recovery.ListPaused(ctx, c.store, c.scope, c.rcfg, at, page)
+		if err != nil {
+			return c.failf(exitFailure, "list paused in %s: %v", c.scopeString(), err)
+		}
+		out.Next = l.Next
+		sagas := []jsonPaused{}
+		if !c.json && len(l.Sagas) > 0 {
+			fmt.Fprintln(tw, "TXID\tDOMAIN\tSTEP\tEVENT\tAGE\tPAUSED FOR\tDEADLINE\tCLAIM\tCORRELATION KEY")
+		}
+		for _, s := range l.Sagas {
+			js := jsonPaused{jsonSaga: toJSONSaga(s.Transaction, at), PauseEvent: s.PauseEvent, CorrelationKey: s.CorrelationKey,
+				PausedAt: s.UpdatedAt, PausedSeconds: int64(at.Sub(s.UpdatedAt) / time.Second), Claim: s.Claim, Entries: []jsonPath{}}
+			for _, p := range s.Entries {
+				js.Entries = append(js.Entries, toJSONPath(p))
+			}
+			sagas = append(sagas, js)
+			claim := s.Claim
+			switch claim {
+			case "":
+				claim = "-"
+			case eventstore.ClaimResume:
+				claim = "resume requested"
+			case eventstore.ClaimDeadline:
+				claim = "deadline passed"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.TxID, s.Domain, step(s.Transaction), oneLine(s.PauseEvent, 60),
+				age(at.Sub(s.CreatedAt)), age(at.Sub(s.UpdatedAt)), deadline(s.PausedUntil, at), claim, s.CorrelationKey)
 		}
 		out.Sagas = sagas
 	} else {
@@ -551,6 +628,8 @@ func countOf(v any) int {
 		return len(s)
 	case []jsonFrozen:
 		return len(s)
+	case []jsonPaused:
+		return len(s)
 	}
 	return 0
 }
@@ -584,6 +663,17 @@ func due(t, at time.Time) string {
 		return "now (next scan)"
 	}
 	return "in " + age(t.Sub(at))
+}
+
+// deadline formats a pause's deadline relative to at.
+func deadline(t, at time.Time) string {
+	switch {
+	case t.IsZero():
+		return "none"
+	case t.After(at):
+		return "in " + age(t.Sub(at))
+	}
+	return "passed " + age(at.Sub(t)) + " ago"
 }
 
 // oneLine returns the first line of s, at most n runes.

@@ -6,9 +6,12 @@
 //	sagactl schema apply [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
 //	                     [--local-datacenter dc] [--username u] [--password p]
 //	                     [--config file] [--timeout 2m]
-//	sagactl list retry-pending|frozen|disabled|terminated [--limit 50] [--after TXID | --page P]
+//	sagactl list retry-pending|paused|frozen|disabled|terminated [--limit 50] [--after TXID | --page P]
 //	sagactl show TXID
 //	sagactl restore TXID | --all-disabled
+//	sagactl resume TXID CORRELATION_KEY [key=value ...]
+//	sagactl trace-window --addr 127.0.0.1:8088 --service S
+//	sagactl ring [--master host:port] [--json]
 //
 // print writes the schema script (the keyspace and the 9 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
@@ -18,13 +21,16 @@
 // STACKSAGA_CASSANDRA_* environment variables, then the flags; the rest
 // are the defaults of eventstore/cassandra.Config.
 //
-// list, show and restore work on the sagas of one service (--service,
-// --region, --cluster) through the store alone, with the connection flags
-// of schema apply and --json for one JSON document on stdout. list pages
-// newest first; restore hands a DISABLED, COMPENSATION_FAILED or
-// RETRY_PENDING saga back to the retry nodes (recovery.Restore). Exit
-// codes: 0 done, 1 runtime error, 2 usage error, 3 saga not found, 4 saga
-// not restorable. `sagactl list -h` prints the whole usage.
+// list, show, restore and resume work on the sagas of one service
+// (--service, --region, --cluster) through the store alone, with the
+// connection flags of schema apply and --json for one JSON document on
+// stdout. list pages newest first; restore hands a DISABLED,
+// COMPENSATION_FAILED or RETRY_PENDING saga back to the retry nodes
+// (recovery.Restore); resume claims a PAUSED saga's pause for a resume with
+// a context and lets a retry node continue it (recovery.RequestResume).
+// Exit codes: 0 done (or already resumed), 1 runtime error, 2 usage error,
+// 3 saga not found, 4 saga not restorable (restore), not paused or wrong
+// correlation key (resume). `sagactl list -h` prints the whole usage.
 package main
 
 import (
@@ -49,24 +55,29 @@ const usage = `usage:
   sagactl schema apply [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
                        [--local-datacenter dc] [--username u] [--password p]
                        [--config file] [--timeout 2m]
-  sagactl list retry-pending|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
+  sagactl list retry-pending|paused|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
   sagactl show TXID [flags]
   sagactl restore TXID | --all-disabled [flags]
-(sagactl list -h: the flags and exit codes of list, show and restore)
+  sagactl resume TXID CORRELATION_KEY [key=value ...] [flags]
+  sagactl trace-window --addr 127.0.0.1:8088 --service S [flags]
+  sagactl ring [--master 127.0.0.1:7070] [--json]
+(sagactl list -h: the flags and exit codes of list, show, restore and resume)
 `
 
 // run is main without the process: it returns the exit code (0 ok, 1
-// failure, 2 usage, 3 not found, 4 not restorable).
+// failure, 2 usage, 3 not found, 4 not restorable or not paused).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "-h", "-help", "--help", "help":
 			fmt.Fprint(stdout, usage)
 			return exitOK
-		case "list", "show", "restore":
+		case "list", "show", "restore", "resume":
 			return runAdmin(ctx, args[0], args[1:], stdout, stderr)
 		case "trace-window":
 			return runTraceWindow(ctx, args[1:], stdout, stderr)
+		case "ring":
+			return runRing(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply") {

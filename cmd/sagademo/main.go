@@ -7,7 +7,7 @@
 //
 // It ends with one summary line:
 //
-//	sagas=N completed=X compensated=Y compensation_failed=0 stuck=0 elapsed=1.23s rate=812.3/s ...
+//	sagas=N completed=X compensated=Y compensation_failed=0 stuck=0 elapsed=1.23s rate=812.3/s p50_ms=4.1 p99_ms=12.9 ...
 //
 // and exits non-zero if any saga is stuck (not terminal at the end).
 //
@@ -19,6 +19,12 @@
 // re-drives and restores them; the summary adds retried=, restored= and
 // directory_left= (rows left in sealed windows of the recovery directory
 // after a final scan).
+//
+// Pausable sagas: --pause-rate makes the payment step of a fraction of the
+// sagas authorise asynchronously: it pauses the saga (PAUSED, waiting for
+// PAYMENT_AUTHORISATION), and a separate goroutine resumes each paused saga
+// after a random delay of at most a second with orchestrator.Resume, as a
+// payment gateway's webhook would; the summary adds paused= and resumed=.
 package main
 
 import (
@@ -29,10 +35,12 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +55,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/duplicator"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/recovery"
+	"github.com/stacksaga-go/stacksaga/ringcoordinator"
 	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
@@ -77,7 +86,9 @@ type options struct {
 	// afterRun, when set, is called with the result and the /metrics URL
 	// once the sagas are done, before anything is shut down (tests scrape
 	// the metrics there).
-	afterRun func(res result, metricsURL string)
+	afterRun   func(res result, metricsURL string)
+	pauseRate  float64
+	retryNodes int
 }
 
 func main() {
@@ -100,6 +111,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for sagas after this long")
 	fs.Float64Var(&o.transientRate, "transient-rate", 0, "fraction of steps whose first attempt fails retryably (re-driven by recovery)")
 	fs.Float64Var(&o.crashRate, "crash-rate", 0, "fraction of sagas the orchestrator abandons mid-way as if its process died (restored by recovery)")
+	fs.Float64Var(&o.pauseRate, "pause-rate", 0, "fraction of sagas whose payment step pauses them (asynchronous authorisation); a separate goroutine resumes each after a random delay of at most 1s")
+	fs.IntVar(&o.retryNodes, "retry-nodes", 0, "run an embedded ring coordinator (master and slave) and N more orchestrator instances as retry nodes sharing the token ring (default: the one orchestrator is the retry node)")
 	var windowSec float64
 	fs.Float64Var(&windowSec, "window", 0, "recovery window interval in seconds (dividing 60, or whole minutes); default 2 with --transient-rate or --crash-rate, else the production 60")
 	fs.BoolVar(&o.telemetry, "telemetry", false, "trace and measure with OpenTelemetry (in-process span exporter, Prometheus metrics); the summary adds spans=, duplicates_skipped= and stale_replies=")
@@ -121,7 +134,13 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.crashRate < 0 || o.crashRate > 1 {
 		errs = append(errs, errors.New("--crash-rate must be within [0, 1]"))
 	}
-	if o.window == 0 && (o.transientRate > 0 || o.crashRate > 0) {
+	if o.pauseRate < 0 || o.pauseRate > 1 {
+		errs = append(errs, errors.New("--pause-rate must be within [0, 1]"))
+	}
+	if o.retryNodes < 0 {
+		errs = append(errs, errors.New("--retry-nodes must be at least 0"))
+	}
+	if o.window == 0 && (o.transientRate > 0 || o.crashRate > 0 || o.retryNodes > 0) {
 		o.window = 2 * time.Second
 	}
 	if o.window != 0 {
@@ -191,6 +210,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 type result struct {
 	sagas, completed, compensated, compensationFailed, stuck int
 	elapsed                                                  time.Duration
+	// p50 and p99 are end-to-end latencies (Start to the terminal
+	// event) of the sagas that ended.
+	p50, p99 time.Duration
 	// stmtsPerSaga is set when the store is Cassandra.
 	stmtsPerSaga float64
 	hasStmts     bool
@@ -207,6 +229,10 @@ type result struct {
 	hasTelemetry                 bool
 	spans                        int64
 	duplicatesSkipped, staleRepl int64
+	// Pause figures, set with --pause-rate: sagas paused, and resumes that
+	// continued one.
+	hasPauses       bool
+	paused, resumed int64
 }
 
 func (r result) summary() string {
@@ -214,6 +240,7 @@ func (r result) summary() string {
 	fmt.Fprintf(&b, "sagas=%d completed=%d compensated=%d compensation_failed=%d stuck=%d elapsed=%.2fs rate=%.1f/s",
 		r.sagas, r.completed, r.compensated, r.compensationFailed, r.stuck, r.elapsed.Seconds(),
 		float64(r.completed+r.compensated+r.compensationFailed)/r.elapsed.Seconds())
+	fmt.Fprintf(&b, " p50_ms=%.1f p99_ms=%.1f", ms(r.p50), ms(r.p99))
 	if r.hasStmts {
 		fmt.Fprintf(&b, " stmts_per_saga=%.1f", r.stmtsPerSaga)
 	}
@@ -223,6 +250,9 @@ func (r result) summary() string {
 	}
 	if r.hasTelemetry {
 		fmt.Fprintf(&b, " spans=%d duplicates_skipped=%d stale_replies=%d", r.spans, r.duplicatesSkipped, r.staleRepl)
+	}
+	if r.hasPauses {
+		fmt.Fprintf(&b, " paused=%d resumed=%d", r.paused, r.resumed)
 	}
 	return b.String()
 }
@@ -358,10 +388,30 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		}
 	}
 
-	// Orchestrator; terminal events free a slot for the next saga.
+	// Orchestrator; terminal events free a slot for the next saga, pauses
+	// go to the resumer.
 	slots := make(chan struct{}, opts.concurrency)
+	res := &resumer{}
 	var completed, compensated, compFailed atomic.Int64
-	recovering := opts.transientRate > 0 || opts.crashRate > 0
+	lat := newLatencies()
+	onEvent := func(e orchestrator.Event) {
+		switch e.To {
+		case eventstore.StatePaused:
+			res.add(e.TxID, topics.IdempotencyKey(e.TxID, e.Span, topics.Kind(e.Kind)))
+			return
+		case eventstore.StateCompleted:
+			completed.Add(1)
+		case eventstore.StateCompensated:
+			compensated.Add(1)
+		case eventstore.StateCompensationFailed:
+			compFailed.Add(1)
+		default:
+			return
+		}
+		lat.end(e.TxID, time.Now())
+		<-slots
+	}
+	recovering := opts.transientRate > 0 || opts.crashRate > 0 || opts.retryNodes > 0
 	var oopts []orchestrator.Option
 	if tel != nil {
 		oopts = append(oopts, orchestrator.WithTracerProvider(tel.tracerProvider()), orchestrator.WithMeterProvider(tel.meterProvider()))
@@ -373,7 +423,10 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		// (10s with --window 2): far above a step's latency here.
 		rc.Restore.DefaultDelayWindows = 5
 		rc.LookbackDays = 1
-		oopts = append(oopts, orchestrator.WithRecovery(rc), orchestrator.WithRetryNode(recovery.WithLogger(logger)))
+		oopts = append(oopts, orchestrator.WithRecovery(rc))
+		if opts.retryNodes == 0 {
+			oopts = append(oopts, orchestrator.WithRetryNode(recovery.WithLogger(logger)))
+		}
 	}
 	if opts.crashRate > 0 {
 		points := []orchestrator.FaultPoint{orchestrator.FaultAfterCreate, orchestrator.FaultBeforePublish, orchestrator.FaultBeforePublishRevert}
@@ -392,23 +445,50 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	o, err := orchestrator.New(names.Order, placeorder.SagaNamed(names), append([]orchestrator.Option{
 		orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store), orchestrator.WithLogger(logger),
 		orchestrator.WithConcurrency(opts.concurrency),
-		orchestrator.WithListener(func(e orchestrator.Event) {
-			switch e.To {
-			case eventstore.StateCompleted:
-				completed.Add(1)
-			case eventstore.StateCompensated:
-				compensated.Add(1)
-			case eventstore.StateCompensationFailed:
-				compFailed.Add(1)
-			default:
-				return
-			}
-			<-slots
-		})}, oopts...)...)
+		orchestrator.WithListener(onEvent)}, oopts...)...)
 	if err != nil {
 		return result{}, err
 	}
 	goRun("orchestrator", o.Run)
+	if opts.pauseRate > 0 {
+		goRun("resumer", func(ctx context.Context) error { return res.run(ctx, o) })
+	}
+	var retryNodes []*orchestrator.Orchestrator[placeorder.Order]
+	if opts.retryNodes > 0 {
+		// An embedded ring coordinator (over an in-process transport) and
+		// N more instances of the orchestrator, each a retry node scanning
+		// the slice of the token ring its connector is handed.
+		tp := ringcoordinator.NewMemoryTransport()
+		cyc := ringcoordinator.WithCycle(2 * time.Second)
+		quiet := ringcoordinator.WithLogger(logger)
+		m, err := ringcoordinator.NewMaster(ringcoordinator.WithTransport(tp), cyc, quiet)
+		if err != nil {
+			return result{}, err
+		}
+		goRun("ring master", m.Run)
+		sl, err := ringcoordinator.NewSlave(ringcoordinator.WithTransport(tp), ringcoordinator.WithMaster(m.Addr()), cyc, quiet)
+		if err != nil {
+			return result{}, err
+		}
+		goRun("ring slave", sl.Run)
+		for i := range opts.retryNodes {
+			c, err := ringcoordinator.NewConnector(ringcoordinator.WithTransport(tp), ringcoordinator.WithMaster(m.Addr()), cyc, quiet)
+			if err != nil {
+				return result{}, err
+			}
+			goRun(fmt.Sprintf("ring connector %d", i), c.Run)
+			rn, err := orchestrator.New(names.Order, placeorder.SagaNamed(names), append([]orchestrator.Option{
+				orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store), orchestrator.WithLogger(logger),
+				orchestrator.WithConcurrency(opts.concurrency), orchestrator.WithListener(onEvent),
+				orchestrator.WithRetryNode(recovery.WithRanges(c.Ranges()), recovery.WithLogger(logger)),
+			}, oopts...)...)
+			if err != nil {
+				return result{}, err
+			}
+			retryNodes = append(retryNodes, rn)
+			goRun(fmt.Sprintf("retry node %d", i), rn.Run)
+		}
+	}
 	var relay *duplicator.Relay
 	stopRelay := func() {}
 	defer func() { stopRelay() }()
@@ -468,15 +548,20 @@ loop:
 				i := started
 				started++
 				go func() {
-					ord := placeorder.Order{OrderID: fmt.Sprintf("order-%d", i), CustomerID: "c-1", Item: "book", Quantity: 1, Amount: 1999, FailShipping: failsAt(i, opts.failRate)}
+					ord := placeorder.Order{OrderID: fmt.Sprintf("order-%d", i), CustomerID: "c-1", Item: "book", Quantity: 1, Amount: 1999,
+						FailShipping: failsAt(i, opts.failRate), AsyncPayment: chance(fmt.Sprintf("order-%d", i), 9, opts.pauseRate)}
 					for step := range 3 {
 						if chance(ord.OrderID, uint64(2+step), opts.transientRate) {
 							ord.TransientOnce |= 1 << step
 						}
 					}
-					if _, err := o.Start(runCtx, ord); err != nil {
+					t0 := time.Now()
+					txID, err := o.Start(runCtx, ord)
+					if err != nil {
 						startErr.CompareAndSwap(nil, err)
+						return
 					}
+					lat.begin(txID, t0)
 				}()
 				continue
 			case <-progress.C:
@@ -507,6 +592,9 @@ loop:
 		if e := runErr.Load(); e != nil {
 			return result{}, e.(error)
 		}
+		if e := res.failed(); e != nil {
+			return result{}, fmt.Errorf("resume: %w", e)
+		}
 	}
 	elapsed := time.Since(start)
 	if relay != nil && terminal() == opts.sagas {
@@ -519,17 +607,33 @@ loop:
 		settle(relay, workers, o)
 	}
 	report()
-	res := result{
+	if e := res.failed(); e != nil {
+		return result{}, fmt.Errorf("resume: %w", e)
+	}
+	out := result{
 		sagas: opts.sagas, completed: int(completed.Load()), compensated: int(compensated.Load()),
 		compensationFailed: int(compFailed.Load()), elapsed: elapsed,
 	}
-	res.stuck = opts.sagas - (res.completed + res.compensated + res.compensationFailed)
-	res.duplicateExecutions = execs.duplicates()
+	out.stuck = opts.sagas - (out.completed + out.compensated + out.compensationFailed)
+	out.p50, out.p99 = lat.quantiles()
+	out.duplicateExecutions = execs.duplicates()
+	if opts.pauseRate > 0 {
+		out.hasPauses = true
+		out.paused, out.resumed = res.paused.Load(), res.resumed.Load()
+	}
 	if recovering || opts.window != 0 {
 		st := o.Stats()
-		res.hasRecovery = true
-		res.retried, res.restored, res.abandoned = st.Retried, st.Restored, st.Abandoned
-		if eng := o.RecoveryEngine(); eng != nil && res.stuck == 0 {
+		out.hasRecovery = true
+		out.retried, out.restored, out.abandoned = st.Retried, st.Restored, st.Abandoned
+		eng := o.RecoveryEngine()
+		for _, rn := range retryNodes {
+			rs := rn.Stats()
+			out.retried, out.restored = out.retried+rs.Retried, out.restored+rs.Restored
+			if eng == nil {
+				eng = rn.RecoveryEngine()
+			}
+		}
+		if eng != nil && out.stuck == 0 {
 			// One more pass drops what the sagas' ends left due in
 			// sealed windows; what remains there was never handled.
 			if _, err := eng.Scan(ctx); err != nil {
@@ -539,20 +643,20 @@ loop:
 			if err != nil {
 				return result{}, fmt.Errorf("count directory rows: %w", err)
 			}
-			res.directoryLeft = n
+			out.directoryLeft = n
 		}
 	}
 	if cass != nil {
-		res.hasStmts = true
-		res.stmtsPerSaga = float64(cass.Stats().Sub(stmts0).RoundTrips()) / float64(opts.sagas)
+		out.hasStmts = true
+		out.stmtsPerSaga = float64(cass.Stats().Sub(stmts0).RoundTrips()) / float64(opts.sagas)
 	}
 	if tel != nil {
-		res.hasTelemetry = true
-		res.spans = tel.exported(ctx)
+		out.hasTelemetry = true
+		out.spans = tel.exported(ctx)
 		for _, g := range guards {
-			res.duplicatesSkipped += int64(g.Stats().DuplicatesSkipped)
+			out.duplicatesSkipped += int64(g.Stats().DuplicatesSkipped)
 		}
-		res.staleRepl = o.Stats().StaleReplies
+		out.staleRepl = o.Stats().StaleReplies
 	}
 	if !opts.quiet {
 		fmt.Fprintln(stderr, mem.String())
@@ -562,9 +666,94 @@ loop:
 		if tel != nil {
 			url = tel.metricsURL
 		}
-		opts.afterRun(res, url)
+		opts.afterRun(out, url)
 	}
-	return res, nil
+	return out, nil
+}
+
+// maxResumeDelay bounds the delay before the resumer resumes a paused saga.
+const maxResumeDelay = time.Second
+
+// resumer plays the payment gateway of the sagas that paused for an
+// asynchronous authorisation: from its own goroutine (run), it resumes
+// each paused saga after a random delay of at most maxResumeDelay.
+type resumer struct {
+	mu      sync.Mutex
+	pending []pendingResume
+	// paused counts the pauses seen, resumed the resumes that continued a
+	// saga.
+	paused, resumed atomic.Int64
+	err             atomic.Value
+}
+
+type pendingResume struct {
+	txID, key string
+	due       time.Time
+}
+
+// add queues the resume of txID with key; it never blocks (it runs on the
+// orchestrator's listener).
+func (r *resumer) add(txID, key string) {
+	r.paused.Add(1)
+	due := time.Now().Add(rand.N(maxResumeDelay + 1))
+	r.mu.Lock()
+	r.pending = append(r.pending, pendingResume{txID: txID, key: key, due: due})
+	r.mu.Unlock()
+}
+
+// run resumes the queued sagas as they fall due (16 at once at most) until
+// ctx ends.
+func (r *resumer) run(ctx context.Context, o *orchestrator.Orchestrator[placeorder.Order]) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		now := time.Now()
+		r.mu.Lock()
+		var due []pendingResume
+		kept := r.pending[:0]
+		for _, p := range r.pending {
+			if p.due.After(now) {
+				kept = append(kept, p)
+			} else {
+				due = append(due, p)
+			}
+		}
+		r.pending = kept
+		r.mu.Unlock()
+		for _, p := range due {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				res, err := o.Resume(ctx, p.txID, p.key, map[string]string{placeorder.StatusKey: placeorder.PaymentAuthorised})
+				switch {
+				case err != nil && ctx.Err() == nil:
+					r.err.CompareAndSwap(nil, fmt.Errorf("%s: %w", p.txID, err))
+				case err == nil && res.Continued:
+					r.resumed.Add(1)
+				}
+			})
+		}
+	}
+}
+
+// failed returns the first error of a resume, if any.
+func (r *resumer) failed() error {
+	if e := r.err.Load(); e != nil {
+		return e.(error)
+	}
+	return nil
 }
 
 // memSampler keeps the heap in use at the largest number of sagas in
@@ -690,3 +879,59 @@ func sealedRows(ctx context.Context, dir eventstore.Directory, scope eventstore.
 	}
 	return n, nil
 }
+
+// latencies pairs each saga's start with its terminal event (which may come
+// first: Start returns after the first command is out).
+type latencies struct {
+	mu     sync.Mutex
+	starts map[string]time.Time
+	ends   map[string]time.Time
+	vals   []time.Duration
+}
+
+func newLatencies() *latencies {
+	return &latencies{starts: make(map[string]time.Time), ends: make(map[string]time.Time)}
+}
+
+func (l *latencies) begin(txID string, t0 time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t1, ok := l.ends[txID]; ok {
+		delete(l.ends, txID)
+		l.vals = append(l.vals, t1.Sub(t0))
+		return
+	}
+	l.starts[txID] = t0
+}
+
+// end records the first terminal event of txID.
+func (l *latencies) end(txID string, t1 time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t0, ok := l.starts[txID]; ok {
+		delete(l.starts, txID)
+		l.vals = append(l.vals, t1.Sub(t0))
+		return
+	}
+	if _, dup := l.ends[txID]; !dup {
+		l.ends[txID] = t1
+	}
+}
+
+// quantiles returns the median and the 99th percentile (nearest rank).
+func (l *latencies) quantiles() (p50, p99 time.Duration) {
+	l.mu.Lock()
+	s := slices.Clone(l.vals)
+	l.mu.Unlock()
+	if len(s) == 0 {
+		return 0, 0
+	}
+	slices.Sort(s)
+	at := func(q float64) time.Duration {
+		i := int(q*float64(len(s))+0.5) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return at(0.50), at(0.99)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

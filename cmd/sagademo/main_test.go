@@ -10,27 +10,44 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
 
-var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+))?$`)
+var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s p50_ms=\d+\.\d p99_ms=\d+\.\d( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+))?( paused=(\d+) resumed=(\d+))?$`)
 
-// runDemo runs the demo with args and returns its summary fields.
-func runDemo(t *testing.T, args ...string) []int {
+// demoSummary runs the demo with args (quietly), fails t unless it exits 0
+// with a summary line, and returns the line's submatches (summaryRE) and
+// its first five counts (sagas, completed, compensated,
+// compensation_failed, stuck).
+func demoSummary(t *testing.T, args ...string) (m []string, counts []int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(append(args, "--quiet"), &stdout, &stderr)
-	if code != 0 {
+	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
 	}
 	line := strings.TrimSpace(stdout.String())
-	m := summaryRE.FindStringSubmatch(line)
+	m = summaryRE.FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("summary line %q does not match %v", line, summaryRE)
 	}
-	var out []int
 	for _, f := range m[1:6] {
 		n, _ := strconv.Atoi(f)
-		out = append(out, n)
+		counts = append(counts, n)
+	}
+	return m, counts
+}
+
+// atoi returns the submatches at idx as ints.
+func atoi(m []string, idx ...int) []int {
+	out := make([]int, len(idx))
+	for i, j := range idx {
+		out[i], _ = strconv.Atoi(m[j])
 	}
 	return out
+}
+
+// runDemo runs the demo with args and returns its summary counts.
+func runDemo(t *testing.T, args ...string) []int {
+	t.Helper()
+	_, counts := demoSummary(t, args...)
+	return counts
 }
 
 func checkCounts(t *testing.T, got []int, sagas, compensated int) {
@@ -74,7 +91,8 @@ func TestDemoRealKafkaAndCassandra(t *testing.T) {
 
 func TestDemoRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"--sagas", "0"}, {"--fail-rate", "1.5"}, {"--concurrency", "-1"}, {"--nope"},
-		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}, {"--trace-ratio", "1.5"}, {"--metrics-addr", "nonsense"}} {
+		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}, {"--trace-ratio", "1.5"}, {"--metrics-addr", "nonsense"},
+		{"--pause-rate", "1.1"}, {"--retry-nodes", "-1"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -92,26 +110,6 @@ func TestFailsAtIsExact(t *testing.T) {
 	if n != 200 {
 		t.Fatalf("%d of 2000 fail at rate 0.1, want 200", n)
 	}
-}
-
-// duplicateExecutions returns the summary's duplicate_executions field.
-func duplicateExecutions(t *testing.T, args ...string) (counts []int, dups int) {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
-	}
-	line := strings.TrimSpace(stdout.String())
-	m := summaryRE.FindStringSubmatch(line)
-	if m == nil {
-		t.Fatalf("summary line %q does not match", line)
-	}
-	for _, f := range m[1:6] {
-		n, _ := strconv.Atoi(f)
-		counts = append(counts, n)
-	}
-	dups, _ = strconv.Atoi(m[7])
-	return counts, dups
 }
 
 func TestDemoDuplicatesEmbedded(t *testing.T) {
@@ -144,33 +142,28 @@ func TestDemoDuplicatesStrictRealServices(t *testing.T) {
 	}
 }
 
+// duplicateExecutions returns the summary's counts and its
+// duplicate_executions field.
+func duplicateExecutions(t *testing.T, args ...string) (counts []int, dups int) {
+	t.Helper()
+	m, counts := demoSummary(t, args...)
+	return counts, atoi(m, 7)[0]
+}
+
 // recoverySummary runs the demo and returns abandoned, retried, restored and
 // directory_left, checking that every saga ended right with no step run
 // twice.
 func recoverySummary(t *testing.T, sagas, compensated int, args ...string) (abandoned, retried, restored, left int) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if code := run(append(args, "--quiet"), &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
-	}
-	line := strings.TrimSpace(stdout.String())
-	m := summaryRE.FindStringSubmatch(line)
-	if m == nil || m[8] == "" {
-		t.Fatalf("summary line %q lacks the recovery fields", line)
-	}
-	var counts []int
-	for _, f := range m[1:6] {
-		n, _ := strconv.Atoi(f)
-		counts = append(counts, n)
+	m, counts := demoSummary(t, args...)
+	if m[8] == "" {
+		t.Fatalf("summary line %q lacks the recovery fields", m[0])
 	}
 	checkCounts(t, counts, sagas, compensated)
 	if m[7] != "0" {
-		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], line)
+		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], m[0])
 	}
-	n := make([]int, 4)
-	for i := range n {
-		n[i], _ = strconv.Atoi(m[9+i])
-	}
+	n := atoi(m, 9, 10, 11, 12)
 	return n[0], n[1], n[2], n[3]
 }
 
@@ -191,6 +184,66 @@ func TestDemoRecoveryRealServices(t *testing.T) {
 	abandoned, retried, restored, left := recoverySummary(t, 300, 30, "--sagas", "300", "--fail-rate", "0.1",
 		"--transient-rate", "0.1", "--crash-rate", "0.05", "--window", "1",
 		"--kafka", brokers[0], "--cassandra", hosts[0], "--keyspace", keyspace, "--suffix", testenv.UniqueName(t, "rec"))
+	if abandoned == 0 || retried == 0 || restored < abandoned || left != 0 {
+		t.Fatalf("abandoned=%d retried=%d restored=%d directory_left=%d", abandoned, retried, restored, left)
+	}
+}
+
+// pauseSummary runs the demo and returns paused and resumed, checking that
+// every saga ended right with no step run twice.
+func pauseSummary(t *testing.T, sagas, compensated int, args ...string) (paused, resumed int) {
+	t.Helper()
+	m, counts := demoSummary(t, args...)
+	if m[13] == "" {
+		t.Fatalf("summary line %q lacks the pause fields", m[0])
+	}
+	checkCounts(t, counts, sagas, compensated)
+	if m[7] != "0" {
+		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], m[0])
+	}
+	n := atoi(m, 14, 15)
+	return n[0], n[1]
+}
+
+// A fraction of the sagas pause at their payment step and are resumed by
+// the demo's resumer: all end, each pause resumed once, no step run twice.
+func TestDemoPauseEmbedded(t *testing.T) {
+	paused, resumed := pauseSummary(t, 300, 30, "--sagas", "300", "--fail-rate", "0.1", "--pause-rate", "0.3", "--concurrency", "64")
+	if paused == 0 || paused != resumed {
+		t.Fatalf("paused=%d resumed=%d, want equal and above 0", paused, resumed)
+	}
+	// Without the flag the summary has no pause fields.
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--sagas", "20", "--quiet"}, &stdout, &stderr); code != 0 || strings.Contains(stdout.String(), "paused=") {
+		t.Fatalf("exit %d, summary %q", code, stdout.String())
+	}
+}
+
+func TestDemoPauseRealServices(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	paused, resumed := pauseSummary(t, 150, 15, "--sagas", "150", "--fail-rate", "0.1", "--pause-rate", "0.3",
+		"--kafka", brokers[0], "--cassandra", hosts[0], "--keyspace", keyspace, "--suffix", testenv.UniqueName(t, "pause"))
+	if paused == 0 || paused != resumed {
+		t.Fatalf("paused=%d resumed=%d, want equal and above 0", paused, resumed)
+	}
+}
+
+// Pauses mixed with transient failures and crashes: the recovery engine
+// and the resumer together still end every saga once.
+func TestDemoPauseWithRecoveryEmbedded(t *testing.T) {
+	paused, resumed := pauseSummary(t, 300, 30, "--sagas", "300", "--fail-rate", "0.1", "--pause-rate", "0.3",
+		"--transient-rate", "0.1", "--crash-rate", "0.05", "--window", "1", "--concurrency", "64")
+	if paused == 0 || paused != resumed {
+		t.Fatalf("paused=%d resumed=%d, want equal and above 0", paused, resumed)
+	}
+}
+
+// Four retry nodes fed by an embedded ring coordinator share the recovery
+// work: nothing stuck, no step run twice, the directory drained.
+func TestDemoRetryNodes(t *testing.T) {
+	abandoned, retried, restored, left := recoverySummary(t, 300, 30, "--sagas", "300", "--fail-rate", "0.1",
+		"--transient-rate", "0.1", "--crash-rate", "0.05", "--retry-nodes", "4", "--concurrency", "64")
 	if abandoned == 0 || retried == 0 || restored < abandoned || left != 0 {
 		t.Fatalf("abandoned=%d retried=%d restored=%d directory_left=%d", abandoned, retried, restored, left)
 	}

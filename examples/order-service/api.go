@@ -9,6 +9,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/topics"
 )
 
 // orderView is the GET /orders/{id} response.
@@ -17,21 +18,44 @@ type orderView struct {
 	State         eventstore.State `json:"state"`
 	Order         placeorder.Order `json:"order"`
 	Error         string           `json:"error,omitempty"`
-	History       []stepView       `json:"history"`
+	// PauseEvent and PausedUntil describe a PAUSED order: what it waits
+	// for, until when (absent: no deadline).
+	PauseEvent  string     `json:"pause_event,omitempty"`
+	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	History     []stepView `json:"history"`
+}
+
+// paymentCallback is the payment gateway's POST /payments/callback body:
+// the order's saga, the payment reference the payment step gave the
+// gateway (Order.PaymentRef: the saga's correlation key) and the verdict.
+type paymentCallback struct {
+	TransactionID string `json:"transaction_id"`
+	PaymentRef    string `json:"payment_ref"`
+	// Status is "authorised" (the order ships) or anything else, say
+	// "declined" (the order is compensated).
+	Status string `json:"status"`
 }
 
 type stepView struct {
-	Span     int       `json:"span"`
-	Kind     string    `json:"kind"`
-	Endpoint string    `json:"endpoint"`
-	Attempt  int       `json:"attempt"`
-	Outcome  string    `json:"outcome"`
-	Error    string    `json:"error,omitempty"`
-	Finished time.Time `json:"finished"`
+	Span     int    `json:"span"`
+	Kind     string `json:"kind"`
+	Endpoint string `json:"endpoint"`
+	Attempt  int    `json:"attempt"`
+	Outcome  string `json:"outcome"`
+	Error    string `json:"error,omitempty"`
+	// Resume is the context of a resume (outcome "resumed").
+	Resume   map[string]string `json:"resume,omitempty"`
+	Finished time.Time         `json:"finished"`
 }
 
 func newAPI(o *orchestrator.Orchestrator[placeorder.Order]) http.Handler {
 	mux := http.NewServeMux()
+	// The generic resume webhook: {"transaction_id", "correlation_key",
+	// "context"} (orchestrator.ResumeRequest).
+	mux.Handle("POST /sagas/resume", o.ResumeHandler())
+	mux.HandleFunc("POST /payments/callback", func(w http.ResponseWriter, r *http.Request) {
+		paymentCallbackHandler(o, w, r)
+	})
 	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
 		var in placeorder.Order
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&in); err != nil {
@@ -65,13 +89,61 @@ func newAPI(o *orchestrator.Orchestrator[placeorder.Order]) http.Handler {
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
 		}
-		v := orderView{TransactionID: s.TxID, State: s.State, Order: s.Entity, Error: s.Error, History: []stepView{}}
+		v := orderView{TransactionID: s.TxID, State: s.State, Order: s.Entity, Error: s.Error, PauseEvent: s.PauseEvent, History: []stepView{}}
+		if !s.PausedUntil.IsZero() {
+			v.PausedUntil = &s.PausedUntil
+		}
 		for _, t := range h {
-			v.History = append(v.History, stepView{Span: t.Span, Kind: t.Kind, Endpoint: t.Endpoint, Attempt: t.Attempt, Outcome: t.Outcome, Error: t.Error, Finished: t.FinishedAt})
+			rc, _ := eventstore.DecodeResumeContext(t.ResumeContext)
+			v.History = append(v.History, stepView{Span: t.Span, Kind: t.Kind, Endpoint: t.Endpoint, Attempt: t.Attempt, Outcome: t.Outcome, Error: t.Error, Resume: rc, Finished: t.FinishedAt})
 		}
 		writeJSON(w, http.StatusOK, v)
 	})
 	return mux
+}
+
+// paymentCallbackHandler resumes the order saga paused for its payment
+// authorisation with the gateway's verdict as the resume context
+// ({"status": …}), which the saga's OnNext reads. It answers as
+// orchestrator.ResumeHandler does: 200 {"status":"resumed"} (or
+// "already_resumed": the gateway retried its callback), 404 unknown
+// order, 409 wrong payment reference or order not waiting for a payment,
+// 413 body over 64 KiB, 422 malformed JSON or missing fields.
+func paymentCallbackHandler(o *orchestrator.Orchestrator[placeorder.Order], w http.ResponseWriter, r *http.Request) {
+	fail := func(code int, msg string) {
+		writeJSON(w, code, orchestrator.ResumeResponse{Status: "error", Error: msg})
+	}
+	var cb paymentCallback
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, orchestrator.MaxResumeBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cb); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			fail(http.StatusRequestEntityTooLarge, "body over 64 KiB")
+			return
+		}
+		fail(http.StatusUnprocessableEntity, "malformed JSON: "+err.Error())
+		return
+	}
+	if cb.TransactionID == "" || cb.PaymentRef == "" || cb.Status == "" {
+		fail(http.StatusUnprocessableEntity, "transaction_id, payment_ref and status are required")
+		return
+	}
+	res, err := o.Resume(r.Context(), cb.TransactionID, cb.PaymentRef, map[string]string{placeorder.StatusKey: cb.Status})
+	switch {
+	case err == nil && res.AlreadyResumed:
+		writeJSON(w, http.StatusOK, orchestrator.ResumeResponse{Status: "already_resumed"})
+	case err == nil:
+		writeJSON(w, http.StatusOK, orchestrator.ResumeResponse{Status: "resumed"})
+	case errors.Is(err, orchestrator.ErrNotFound):
+		fail(http.StatusNotFound, "no order saga "+cb.TransactionID)
+	case errors.Is(err, orchestrator.ErrCorrelationKey), errors.Is(err, orchestrator.ErrNotPaused):
+		fail(http.StatusConflict, err.Error())
+	case errors.Is(err, topics.ErrMalformed):
+		fail(http.StatusUnprocessableEntity, err.Error())
+	default:
+		fail(http.StatusInternalServerError, "resume failed: "+err.Error())
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -4,6 +4,18 @@
 //	POST /orders       {"customer_id":"c-1","item":"book","quantity":1,"amount":1999}
 //	                   → 202 {"transaction_id":"…"}
 //	GET  /orders/{id}  → the saga's state, order and step history
+//	POST /payments/callback {"transaction_id":"…","payment_ref":"…","status":"authorised"}
+//	                   → 200 {"status":"resumed"}: the payment gateway's webhook
+//	POST /sagas/resume {"transaction_id":"…","correlation_key":"…","context":{…}}
+//	                   → the generic resume webhook (orchestrator.ResumeHandler)
+//
+// An order posted with "async_payment": true pauses after its payment step
+// (PAUSED, waiting for PAYMENT_AUTHORISATION, deadline 15 minutes) until
+// the gateway's callback names it by its order.payment_ref: "authorised"
+// ships it, anything else compensates it. The service is its own retry
+// node, so a passed deadline invokes the payment step again (it then fails
+// and the order is compensated), and a resume requested with
+// `sagactl resume` is continued.
 //
 // Run Kafka first (docker compose up -d, or make services-up), the three
 // example workers, then:
@@ -83,13 +95,15 @@ func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr st
 
 // newOrchestrator builds the place-order orchestrator on Kafka brokers, with
 // the Cassandra event store when hosts are given (else the in-memory one),
-// traced and measured as tel says (nil: neither).
-func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keyspace string, tel *placeorder.Telemetry) (*orchestrator.Orchestrator[placeorder.Order], func(), error) {
+// traced and measured as tel says (nil: neither). It is a retry node too.
+// extra options come last (tests add a clock).
+func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keyspace string, tel *placeorder.Telemetry, extra ...orchestrator.Option) (*orchestrator.Orchestrator[placeorder.Order], func(), error) {
 	if tel == nil {
 		tel = &placeorder.Telemetry{}
 	}
 	opts := []orchestrator.Option{
 		orchestrator.WithBrokers(brokers...),
+		orchestrator.WithRetryNode(),
 		orchestrator.WithListener(func(e orchestrator.Event) {
 			slog.Info("saga", "tx", e.TxID, "from", e.From, "to", e.To, "endpoint", e.Endpoint, "outcome", e.Outcome)
 		}),
@@ -120,7 +134,7 @@ func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keys
 	if tel.MeterProvider != nil {
 		opts = append(opts, orchestrator.WithMeterProvider(tel.MeterProvider))
 	}
-	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(), opts...)
+	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(), append(opts, extra...)...)
 	if err != nil {
 		closeStore()
 		return nil, nil, err

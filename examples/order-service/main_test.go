@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/worker"
 )
 
@@ -45,8 +48,16 @@ func startWorkers(t *testing.T, brokers []string) {
 // and a stop function.
 func serve(t *testing.T, brokers []string, cassandraHosts, keyspace string) (string, func()) {
 	t.Helper()
+	url, _, stop := serveWith(t, brokers, cassandraHosts, keyspace)
+	return url, stop
+}
+
+// serveWith is serve with extra orchestrator options; it returns the
+// orchestrator too.
+func serveWith(t *testing.T, brokers []string, cassandraHosts, keyspace string, extra ...orchestrator.Option) (string, *orchestrator.Orchestrator[placeorder.Order], func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, nil)
+	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, nil, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +77,7 @@ func serve(t *testing.T, brokers []string, cassandraHosts, keyspace string) (str
 		closeStore()
 	}
 	t.Cleanup(stop)
-	return srv.URL, stop
+	return srv.URL, o, stop
 }
 
 func postOrder(t *testing.T, url, body string) (int, map[string]string) {
@@ -185,5 +196,183 @@ func TestHistorySurvivesRestartOnCassandra(t *testing.T) {
 		if after.History[i].Endpoint != before.History[i].Endpoint || after.History[i].Outcome != "ok" {
 			t.Errorf("step %d: %+v vs %+v", i, after.History[i], before.History[i])
 		}
+	}
+}
+
+// post sends body to url+path and returns the status and the decoded JSON
+// object.
+func post(t *testing.T, url, path, body string) (int, map[string]string) {
+	t.Helper()
+	resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Errorf("POST %s: body is not a JSON object: %v", path, err)
+	}
+	return resp.StatusCode, out
+}
+
+// TestAsyncPayment drives the pausable path end to end: an order with
+// async_payment pauses after its payment step until the gateway's
+// callback, which ships it (authorised) or compensates it (declined);
+// the callback's errors change nothing.
+func TestAsyncPayment(t *testing.T) {
+	brokers := kfakeBrokers(t)
+	startWorkers(t, brokers)
+	url, _ := serve(t, brokers, "", "")
+	order := `{"customer_id":"c-1","item":"book","quantity":1,"amount":1999,"async_payment":true}`
+
+	code, out := postOrder(t, url, order)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST: %d %v", code, out)
+	}
+	id := out["transaction_id"]
+	v := waitState(t, url, id, eventstore.StatePaused)
+	ref := v.Order.PaymentRef
+	if ref != id+":1:process" || v.PauseEvent != placeorder.PaymentAuthorisation || v.PausedUntil == nil ||
+		time.Until(*v.PausedUntil) < 14*time.Minute || v.Order.PaymentID == "" || v.Order.TrackingID != "" {
+		t.Fatalf("paused order: %+v (until %v)", v, v.PausedUntil)
+	}
+
+	for _, c := range []struct {
+		body string
+		code int
+	}{
+		{`{not json`, http.StatusUnprocessableEntity},
+		{`{"transaction_id":"` + id + `","payment_ref":"` + ref + `"}`, http.StatusUnprocessableEntity},
+		{`{"transaction_id":"` + id + `","payment_ref":"` + ref + `","status":"authorised","extra":1}`, http.StatusUnprocessableEntity},
+		{`{"transaction_id":"no-such-order","payment_ref":"no-such-order:1:process","status":"authorised"}`, http.StatusNotFound},
+		{`{"transaction_id":"` + id + `","payment_ref":"` + id + `:0:process","status":"authorised"}`, http.StatusConflict},
+		{`{"transaction_id":"` + id + `","payment_ref":"forged","status":"authorised"}`, http.StatusConflict},
+		{`{"transaction_id":"` + id + `","payment_ref":"` + ref + `","status":"` + strings.Repeat("x", 70<<10) + `"}`, http.StatusRequestEntityTooLarge},
+	} {
+		if code, out := post(t, url, "/payments/callback", c.body); code != c.code || out["status"] != "error" || out["error"] == "" {
+			t.Errorf("callback %.70s…: %d %v, want %d with an error", c.body, code, out, c.code)
+		}
+	}
+	if _, v := getOrder(t, url, id); v.State != eventstore.StatePaused {
+		t.Fatalf("refused callbacks changed the order: %s", v.State)
+	}
+
+	callback := `{"transaction_id":"` + id + `","payment_ref":"` + ref + `","status":"authorised"}`
+	if code, out := post(t, url, "/payments/callback", callback); code != http.StatusOK || out["status"] != "resumed" {
+		t.Fatalf("callback: %d %v", code, out)
+	}
+	// The gateway retries its callback: not an error.
+	if code, out := post(t, url, "/payments/callback", callback); code != http.StatusOK || out["status"] != "already_resumed" {
+		t.Fatalf("second callback: %d %v", code, out)
+	}
+	v = waitState(t, url, id, eventstore.StateCompleted)
+	if v.Order.TrackingID == "" || v.Order.PaymentRef != ref || v.PauseEvent != "" || len(v.History) != 4 || v.History[2].Outcome != "resumed" || v.History[2].Resume["status"] != "authorised" {
+		t.Errorf("completed order: %+v", v)
+	}
+
+	// Declined: the order is compensated (refunded, released).
+	_, out = postOrder(t, url, order)
+	declined := out["transaction_id"]
+	v = waitState(t, url, declined, eventstore.StatePaused)
+	if code, out := post(t, url, "/payments/callback", `{"transaction_id":"`+declined+`","payment_ref":"`+v.Order.PaymentRef+`","status":"declined"}`); code != http.StatusOK || out["status"] != "resumed" {
+		t.Fatalf("declined callback: %d %v", code, out)
+	}
+	v = waitState(t, url, declined, eventstore.StateCompensated)
+	if !v.Order.Refunded || !v.Order.Released || v.Order.TrackingID != "" || !strings.Contains(v.Error, `not authorised: gateway status "declined"`) {
+		t.Errorf("declined order: %+v", v)
+	}
+
+	// The generic resume webhook works too.
+	_, out = postOrder(t, url, order)
+	generic := out["transaction_id"]
+	v = waitState(t, url, generic, eventstore.StatePaused)
+	if code, out := post(t, url, "/sagas/resume", `{"transaction_id":"`+generic+`","correlation_key":"`+v.Order.PaymentRef+`","context":{"status":"authorised"}}`); code != http.StatusOK || out["status"] != "resumed" {
+		t.Fatalf("resume webhook: %d %v", code, out)
+	}
+	waitState(t, url, generic, eventstore.StateCompleted)
+}
+
+// fakeClock is the orchestrator's clock in TestAsyncPaymentDeadline.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// TestAsyncPaymentDeadline: no callback by the deadline; the retry node
+// invokes the payment step again against the order as it was before it
+// (no payment reference), the step fails, the order is compensated.
+func TestAsyncPaymentDeadline(t *testing.T) {
+	brokers := kfakeBrokers(t)
+	startWorkers(t, brokers)
+	clock := &fakeClock{t: time.Now().UTC()}
+	url, o, _ := serveWith(t, brokers, "", "", orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recovery.DefaultConfig()))
+	_, out := postOrder(t, url, `{"customer_id":"c-1","item":"book","quantity":1,"amount":1999,"async_payment":true}`)
+	id := out["transaction_id"]
+	v := waitState(t, url, id, eventstore.StatePaused)
+	ref := v.Order.PaymentRef
+
+	clock.advance(placeorder.PaymentAuthorisationTimeout)
+	for deadline := time.Now().Add(time.Minute); ; {
+		clock.advance(time.Minute)
+		if _, err := o.RecoveryEngine().Scan(context.Background()); err != nil {
+			t.Logf("scan: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if _, v = getOrder(t, url, id); v.State == eventstore.StateCompensated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("order %s after its deadline, want COMPENSATED", v.State)
+		}
+	}
+	if !v.Order.Released || v.Order.Refunded || v.Order.PaymentRef != "" || v.Order.PaymentID != "" || !strings.Contains(v.Error, "no verdict within 15m0s") {
+		t.Errorf("order after its deadline: %+v", v)
+	}
+	var attempts []int
+	for _, h := range v.History {
+		if h.Span == 1 && h.Kind == "process" {
+			attempts = append(attempts, h.Attempt)
+		}
+	}
+	if len(attempts) < 2 || attempts[len(attempts)-1] != 2 {
+		t.Errorf("payment attempts %v in %+v, want the paused one and a second", attempts, v.History)
+	}
+	// The late callback is refused: the deadline won.
+	if code, out := post(t, url, "/payments/callback", `{"transaction_id":"`+id+`","payment_ref":"`+ref+`","status":"authorised"}`); code != http.StatusConflict {
+		t.Errorf("late callback: %d %v, want 409", code, out)
+	}
+}
+
+// TestAsyncPaymentSurvivesRestartOnCassandra pauses an order on real
+// Cassandra, restarts the service, and resumes the order on the new
+// instance: a paused saga lives in the store only.
+func TestAsyncPaymentSurvivesRestartOnCassandra(t *testing.T) {
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	brokers := kfakeBrokers(t)
+	startWorkers(t, brokers)
+	url, stop := serve(t, brokers, strings.Join(hosts, ","), keyspace)
+	_, out := postOrder(t, url, `{"customer_id":"c-1","item":"book","quantity":1,"amount":1999,"async_payment":true}`)
+	id := out["transaction_id"]
+	ref := waitState(t, url, id, eventstore.StatePaused).Order.PaymentRef
+	stop()
+
+	url2, _ := serve(t, brokers, strings.Join(hosts, ","), keyspace)
+	if code, out := post(t, url2, "/payments/callback", `{"transaction_id":"`+id+`","payment_ref":"`+ref+`","status":"authorised"}`); code != http.StatusOK || out["status"] != "resumed" {
+		t.Fatalf("callback after restart: %d %v", code, out)
+	}
+	if v := waitState(t, url2, id, eventstore.StateCompleted); v.Order.TrackingID == "" {
+		t.Errorf("order after the resume: %+v", v)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
@@ -47,6 +48,41 @@ func newEnv(t *testing.T, partitions int32) *env {
 	}
 	t.Cleanup(prod.Close)
 	return &env{t: t, c: c, prod: prod, adm: kadm.NewClient(prod), group: "g-" + strings.ReplaceAll(t.Name(), "/", "-")}
+}
+
+// watchCommits checks every offset commit the broker receives for the
+// group: a commit of offset c on a partition must come after every record
+// below c succeeded at least once (by j's count). A violation fails the
+// test at its end.
+func (e *env) watchCommits(j *journal) {
+	var mu sync.Mutex
+	var bad []string
+	e.c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.OffsetCommitRequest)
+		if r.Group != e.group {
+			return nil, nil, false
+		}
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				for o := int64(0); o < p.Offset; o++ {
+					if rid := fmt.Sprintf("%d/%d", p.Partition, o); !j.finished(rid) {
+						mu.Lock()
+						bad = append(bad, fmt.Sprintf("committed %d on partition %d before record %s succeeded", p.Offset, p.Partition, rid))
+						mu.Unlock()
+						break
+					}
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	e.t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, b := range bad {
+			e.t.Error(b)
+		}
+	})
 }
 
 // produce writes one record per key to partition p, in order, and returns
@@ -155,10 +191,11 @@ type journal struct {
 	busy  map[string]bool // keys being handled
 	err   error           // first ordering violation
 	dead  []string        // "p/offset reason"
+	dlIDs map[string]int  // "p/offset" -> dead letters
 }
 
 func newJournal() *journal {
-	return &journal{calls: map[string]int{}, ok: map[string]int{}, order: map[string][]string{}, busy: map[string]bool{}}
+	return &journal{calls: map[string]int{}, ok: map[string]int{}, order: map[string][]string{}, busy: map[string]bool{}, dlIDs: map[string]int{}}
 }
 
 func id(r *kgo.Record) string { return fmt.Sprintf("%d/%d", r.Partition, r.Offset) }
@@ -195,7 +232,13 @@ func (j *journal) deadLetter(_ context.Context, r *kgo.Record, reason string) er
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.dead = append(j.dead, id(r)+" "+reason)
+	j.dlIDs[id(r)]++
 	return nil
+}
+
+// finished reports whether record rid succeeded or was dead-lettered.
+func (j *journal) finished(rid string) bool {
+	return j.get(func(j *journal) int { return j.ok[rid] + j.dlIDs[rid] }) > 0
 }
 
 func (j *journal) get(f func(j *journal) int) int {
@@ -232,6 +275,7 @@ var errTransient = errors.New("transient")
 func TestPerKeyOrder(t *testing.T) {
 	e := newEnv(t, 3)
 	j := newJournal()
+	e.watchCommits(j)
 	const perKey = 30
 	keys := []string{"a", "b", "c", "d", "e", "f"}
 	var want = map[string][]string{}
@@ -282,11 +326,12 @@ func TestPerKeyOrder(t *testing.T) {
 
 // A failing record holds the commit of its partition at its offset (later
 // records of other keys run, but are not committed past it), not the
-// commits of other partitions; later records of its key wait for it. Across
-// the rewinds, records that finished behind it do not run again.
+// commits of other partitions; later records of its key wait for it.
+// Records that finished behind it do not run again.
 func TestCommitsOnlyFinishedPrefix(t *testing.T) {
 	e := newEnv(t, 2)
 	j := newJournal()
+	e.watchCommits(j)
 	e.produce(0, "a", "stuck", "c", "d", "stuck", "e") // offsets 0..5
 	e.produce(1, "x", "y", "z")
 	var release atomic.Bool
@@ -330,6 +375,7 @@ func TestCommitsOnlyFinishedPrefix(t *testing.T) {
 func TestPermanentErrorIsDeadLettered(t *testing.T) {
 	e := newEnv(t, 1)
 	j := newJournal()
+	e.watchCommits(j)
 	e.produce(0, "a", "poison", "b", "poison")
 	h := j.handler(func(r *kgo.Record, _ int) error {
 		if r.Offset == 1 {
@@ -354,6 +400,7 @@ func TestPermanentErrorIsDeadLettered(t *testing.T) {
 func TestPermanentWithoutDeadLetterIsRetried(t *testing.T) {
 	e := newEnv(t, 1)
 	j := newJournal()
+	e.watchCommits(j)
 	e.produce(0, "a", "b")
 	h := j.handler(func(r *kgo.Record, call int) error {
 		if r.Offset == 0 && call <= 3 {
@@ -368,11 +415,12 @@ func TestPermanentWithoutDeadLetterIsRetried(t *testing.T) {
 	}
 }
 
-// A record failing for longer than its retry budget is dead-lettered,
-// also when the budget spans several batches, and the consumer goes on.
+// A record failing for longer than its retry budget is dead-lettered, and
+// the consumer goes on.
 func TestRetryBudgetIsDeadLettered(t *testing.T) {
 	e := newEnv(t, 1)
 	j := newJournal()
+	e.watchCommits(j)
 	e.produce(0, "a", "down", "b")
 	start := time.Now()
 	h := j.handler(func(r *kgo.Record, _ int) error {
@@ -384,7 +432,6 @@ func TestRetryBudgetIsDeadLettered(t *testing.T) {
 	const budget = 400 * time.Millisecond
 	e.run(e.consumer(), h, kafkaloop.Options{
 		DeadLetter: j.deadLetter, RetryBudget: budget, RetryBackoff: 10 * time.Millisecond,
-		MaxBatchTime: 100 * time.Millisecond, // the budget spans 4 batches
 	})
 	waitFor(t, 20*time.Second, "everything committed", func() bool { return e.committed(0) == 3 })
 	if took := time.Since(start); took < budget {
@@ -406,6 +453,7 @@ func TestRetryBudgetIsDeadLettered(t *testing.T) {
 func TestFailedDeadLetterKeepsRecordUnfinished(t *testing.T) {
 	e := newEnv(t, 1)
 	j := newJournal()
+	e.watchCommits(j)
 	e.produce(0, "poison", "b")
 	var dlTries atomic.Int32
 	var committedBefore atomic.Int64
@@ -436,13 +484,13 @@ func TestFailedDeadLetterKeepsRecordUnfinished(t *testing.T) {
 	}
 }
 
-// A record that keeps failing does not hold the consumer: after
-// MaxBatchTime the batch ends, records produced later to other partitions
-// are polled and handled, and the failing record is retried in later
-// batches until it succeeds.
+// A record that keeps failing does not hold the consumer: records produced
+// later to other partitions are polled and handled, and the failing record
+// is retried until it succeeds.
 func TestFailingRecordDoesNotHoldOtherPartitions(t *testing.T) {
 	e := newEnv(t, 2)
 	j := newJournal()
+	e.watchCommits(j)
 	e.produce(0, "stuck", "after")
 	var release atomic.Bool
 	h := j.handler(func(r *kgo.Record, _ int) error {
@@ -451,7 +499,7 @@ func TestFailingRecordDoesNotHoldOtherPartitions(t *testing.T) {
 		}
 		return nil
 	})
-	e.run(e.consumer(), h, kafkaloop.Options{RetryBackoff: 5 * time.Millisecond, MaxBatchTime: 200 * time.Millisecond})
+	e.run(e.consumer(), h, kafkaloop.Options{RetryBackoff: 5 * time.Millisecond, MaxBatchTime: time.Hour})
 	waitFor(t, 20*time.Second, "the record failing", func() bool { return j.callCount("0/0") >= 3 })
 	e.produce(1, "late")
 	waitFor(t, 20*time.Second, "the later record of another partition handled", func() bool { return j.okCount("1/0") == 1 })
@@ -468,21 +516,23 @@ func TestFailingRecordDoesNotHoldOtherPartitions(t *testing.T) {
 }
 
 // While a record keeps failing, a second member joining the group gets
-// its partitions promptly (the batch ends at MaxBatchTime, or at once when
-// the rebalance signals that it waits), and the record succeeds later on
-// whichever member owns it.
+// its partitions promptly, whatever MaxBatchTime (a record waiting out its
+// backoff holds no rebalance; a rebalance that waits for polling does not
+// change that), and the record succeeds later on whichever member owns
+// it.
 func TestRebalanceCompletesWhileRecordFails(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		o      kafkaloop.Options
 		signal bool
 	}{
-		{"max batch time", kafkaloop.Options{MaxBatchTime: 300 * time.Millisecond}, false},
-		{"rebalance signal", kafkaloop.Options{MaxBatchTime: time.Hour}, true},
+		{"short max batch time, no blocked-callback signal", kafkaloop.Options{MaxBatchTime: 300 * time.Millisecond}, false},
+		{"max batch time of an hour", kafkaloop.Options{MaxBatchTime: time.Hour}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
 			j := newJournal()
+			e.watchCommits(j)
 			for p := range int32(4) {
 				e.produce(p, "k1", "k2")
 			}
@@ -495,7 +545,7 @@ func TestRebalanceCompletesWhileRecordFails(t *testing.T) {
 			})
 			var extra []kgo.Opt
 			if !tc.signal {
-				// Only MaxBatchTime may end the batch.
+				// A user's blocked-callback option changes nothing.
 				extra = append(extra, kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) {}))
 			}
 			o := tc.o
@@ -530,6 +580,7 @@ func TestRebalanceCompletesWhileRecordFails(t *testing.T) {
 func TestShutdownCommitsOnlyFinished(t *testing.T) {
 	e := newEnv(t, 1)
 	j := newJournal()
+	e.watchCommits(j)
 	e.produce(0, "a", "b", "slow", "slow", "failing") // offsets 0..4
 	started := make(chan struct{})
 	release := make(chan struct{})
@@ -591,12 +642,13 @@ func TestPermanent(t *testing.T) {
 	}
 }
 
-// MaxBatchTime does not interrupt a handler that is slow but succeeds:
-// it runs once, to the end; records of its key not started by the
-// deadline run in a later batch, in order.
+// A handler that is slow but succeeds is not interrupted (its context does
+// not end, whatever MaxBatchTime): it runs once, to the end, and the later
+// records of its key run after it, in order.
 func TestSlowHandlerIsNotInterrupted(t *testing.T) {
 	e := newEnv(t, 1)
 	j := newJournal()
+	e.watchCommits(j)
 	e.produce(0, "slow", "slow", "other")
 	var ctxErr atomic.Value
 	h := j.handler(nil)
@@ -624,4 +676,354 @@ func TestSlowHandlerIsNotInterrupted(t *testing.T) {
 	if got := fmt.Sprint(j.order["slow"]); got != "[slow#0 slow#1]" {
 		t.Errorf("key slow handled as %s", got)
 	}
+}
+
+// waitClosed waits for c to close, failing the test after d.
+func waitClosed(t *testing.T, d time.Duration, what string, c <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(d):
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+}
+
+// The pipeline: a record of key b, polled after a slow record of key a
+// started (a later poll, same partition), is handled while a still runs;
+// the later record of key a waits for it. The commit point stays at a
+// until a finishes. MaxBatchTime is an hour: nothing ends a batch here.
+func TestSlowRecordDoesNotHoldOtherKeysAcrossPolls(t *testing.T) {
+	e := newEnv(t, 1)
+	j := newJournal()
+	e.watchCommits(j)
+	e.produce(0, "a") // offset 0
+	started, release := make(chan struct{}), make(chan struct{})
+	h := j.handler(func(r *kgo.Record, call int) error {
+		if r.Offset == 0 && call == 1 {
+			close(started)
+			<-release
+		}
+		return nil
+	})
+	e.run(e.consumer(), h, kafkaloop.Options{MaxBatchTime: time.Hour})
+	waitClosed(t, 20*time.Second, "the slow record to start", started)
+	e.produce(0, "b", "a", "c") // offsets 1-3, polled after offset 0 started
+	waitFor(t, 20*time.Second, "b and c handled while a runs", func() bool {
+		return j.okCount("0/1") == 1 && j.okCount("0/3") == 1
+	})
+	if n := j.callCount("0/2"); n != 0 {
+		t.Fatalf("the second record of key a ran %d times while the first runs", n)
+	}
+	time.Sleep(700 * time.Millisecond) // more than one auto-commit interval
+	if got := e.committed(0); got > 0 {
+		t.Fatalf("committed %d while offset 0 runs", got)
+	}
+	close(release)
+	waitFor(t, 20*time.Second, "everything committed", func() bool { return e.committed(0) == 4 })
+	j.check(t)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if got := fmt.Sprint(j.order["a"]); got != "[a#0 a#1]" {
+		t.Errorf("key a handled as %s", got)
+	}
+}
+
+// Offsets are marked as each partition's finished prefix advances, not
+// when a polled batch ends: with one record running for as long as the
+// test lasts, the records before it are committed, and the commit point
+// moves again as soon as it finishes.
+func TestCommitFollowsFinishedPrefix(t *testing.T) {
+	e := newEnv(t, 2)
+	j := newJournal()
+	e.watchCommits(j)
+	e.produce(0, "a", "b", "c", "slow", "d", "e") // offsets 0-5, one poll
+	e.produce(1, "x", "y")
+	started, release := make(chan struct{}), make(chan struct{})
+	h := j.handler(func(r *kgo.Record, call int) error {
+		if r.Partition == 0 && r.Offset == 3 && call == 1 {
+			close(started)
+			<-release
+		}
+		return nil
+	})
+	e.run(e.consumer(), h, kafkaloop.Options{MaxBatchTime: time.Hour})
+	waitClosed(t, 20*time.Second, "the slow record to start", started)
+	waitFor(t, 20*time.Second, "the prefix before the slow record committed", func() bool {
+		return e.committed(0) == 3 && e.committed(1) == 2
+	})
+	waitFor(t, 20*time.Second, "the records after it handled", func() bool {
+		return j.okCount("0/4") == 1 && j.okCount("0/5") == 1
+	})
+	time.Sleep(700 * time.Millisecond)
+	if got := e.committed(0); got != 3 {
+		t.Fatalf("committed %d past the running record at offset 3", got)
+	}
+	close(release)
+	waitFor(t, 20*time.Second, "the rest committed", func() bool { return e.committed(0) == 6 })
+	for o := range 6 {
+		if n := j.okCount(fmt.Sprintf("0/%d", o)); n != 1 {
+			t.Errorf("record 0/%d succeeded %d times, want 1", o, n)
+		}
+	}
+	j.check(t)
+}
+
+// unbufferedCounter counts the records the client hands to polls.
+type unbufferedCounter struct{ polled atomic.Int64 }
+
+func (u *unbufferedCounter) OnFetchRecordUnbuffered(_ *kgo.Record, polled bool) {
+	if polled {
+		u.polled.Add(1)
+	}
+}
+
+// The loop holds at most MaxPollRecords unfinished records: it polls only
+// below that bound, however many records wait in the topic. (No record
+// fails here: the hook would count the buffered records of a paused
+// partition as polled.)
+func TestHeldRecordsAreBounded(t *testing.T) {
+	e := newEnv(t, 3)
+	j := newJournal()
+	e.watchCommits(j)
+	const perPartition = 100
+	for p := range int32(3) {
+		keys := make([]string, perPartition)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("k%d", i%7)
+		}
+		e.produce(p, keys...)
+	}
+	var (
+		hook     unbufferedCounter
+		finished atomic.Int64
+		peak     atomic.Int64
+	)
+	const bound = 10
+	inner := j.handler(func(*kgo.Record, int) error {
+		if held := hook.polled.Load() - finished.Load(); held > peak.Load() {
+			peak.Store(held) // one handler at a time updates it, below
+		}
+		time.Sleep(time.Millisecond)
+		return nil
+	})
+	var mu sync.Mutex
+	h := func(ctx context.Context, r *kgo.Record) error {
+		mu.Lock() // serialise the peak update; Concurrency is 1 anyway
+		defer mu.Unlock()
+		err := inner(ctx, r)
+		if err == nil {
+			finished.Add(1)
+		}
+		return err
+	}
+	e.run(e.consumer(kgo.WithHooks(&hook)), h, kafkaloop.Options{Concurrency: 1, MaxPollRecords: bound})
+	waitFor(t, 30*time.Second, "everything committed", func() bool {
+		return e.committed(0) == perPartition && e.committed(1) == perPartition && e.committed(2) == perPartition
+	})
+	if p := peak.Load(); p > bound || p < 1 {
+		t.Errorf("up to %d records were held unfinished, want 1..%d", p, bound)
+	}
+	j.check(t)
+}
+
+// Rebalance mid-flight: a second member joins while records (some slow,
+// some failing once) are in flight and more are produced. The revoke
+// drains the handlers of the partitions it takes away and commits their
+// prefix; no commit ever passes an unfinished record (watchCommits), no
+// key runs twice at once across the members, every record succeeds, and
+// the first successes of each key are in offset order.
+func TestRebalanceMidFlight(t *testing.T) {
+	e := newEnv(t, 4)
+	j := newJournal()
+	e.watchCommits(j)
+	const waves, perWave = 2, 40
+	keysOf := func(p int32) []string {
+		ks := make([]string, perWave)
+		for i := range ks {
+			ks[i] = fmt.Sprintf("p%d-k%d", p, i%5)
+		}
+		return ks
+	}
+	var want = map[string][]string{}
+	produceWave := func() {
+		for p := range int32(4) {
+			for _, r := range e.produce(p, keysOf(p)...) {
+				want[string(r.Key)] = append(want[string(r.Key)], fmt.Sprintf("%d/%d", r.Partition, r.Offset))
+			}
+		}
+	}
+	var running atomic.Int32
+	slowStarted := make(chan struct{})
+	var slowOnce sync.Once
+	h := j.handler(func(r *kgo.Record, call int) error {
+		running.Add(1)
+		defer running.Add(-1)
+		switch {
+		case r.Offset%9 == 4:
+			slowOnce.Do(func() { close(slowStarted) })
+			time.Sleep(300 * time.Millisecond)
+		case r.Offset%7 == 2 && call == 1:
+			return errTransient
+		default:
+			time.Sleep(2 * time.Millisecond)
+		}
+		return nil
+	})
+	// Both members map successes to "p/offset"; record them per key.
+	var firstMu sync.Mutex
+	firsts := map[string][]string{}
+	seen := map[string]bool{}
+	wrapped := func(ctx context.Context, r *kgo.Record) error {
+		err := h(ctx, r)
+		if err == nil {
+			firstMu.Lock()
+			if rid := id(r); !seen[rid] {
+				seen[rid] = true
+				firsts[string(r.Key)] = append(firsts[string(r.Key)], rid)
+			}
+			firstMu.Unlock()
+		}
+		return err
+	}
+	fast := []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}
+	o := kafkaloop.Options{Concurrency: 8, RetryBackoff: 5 * time.Millisecond, MaxBatchTime: time.Hour}
+	produceWave()
+	e.run(e.consumer(fast...), wrapped, o)
+	waitClosed(t, 20*time.Second, "a slow record to start", slowStarted)
+	waitFor(t, 20*time.Second, "handlers in flight", func() bool { return running.Load() > 0 })
+
+	var assigned atomic.Int32
+	second := e.consumer(append(fast, kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+		assigned.Add(int32(len(m[topic])))
+	}))...)
+	e.run(second, wrapped, o)
+	produceWave()
+	waitFor(t, 30*time.Second, "the second member's assignment", func() bool { return assigned.Load() > 0 })
+	total := int64(waves * perWave)
+	waitFor(t, 60*time.Second, "every partition committed to its end", func() bool {
+		for p := range int32(4) {
+			if e.committed(p) != total {
+				return false
+			}
+		}
+		return true
+	})
+	j.check(t)
+	for p := range int32(4) {
+		for o := range total {
+			if rid := fmt.Sprintf("%d/%d", p, o); j.okCount(rid) == 0 {
+				t.Errorf("record %s never succeeded", rid)
+			}
+		}
+	}
+	firstMu.Lock()
+	defer firstMu.Unlock()
+	for k, w := range want {
+		if got := firsts[k]; fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("key %s first succeeded as\n%v\nwant\n%v", k, got, w)
+		}
+	}
+}
+
+// A partition whose head keeps failing, with many records of the same key
+// queued behind it, is paused: its records stop counting against the held
+// bound, so records produced later to another partition are still polled
+// and handled (with a bound of 10 and 40 records stuck). Once the record
+// succeeds, the partition resumes and everything is committed in order.
+func TestStuckPartitionDoesNotStarveOthers(t *testing.T) {
+	e := newEnv(t, 2)
+	j := newJournal()
+	e.watchCommits(j)
+	stuck := make([]string, 40)
+	for i := range stuck {
+		stuck[i] = "stuck"
+	}
+	e.produce(0, stuck...)
+	var release atomic.Bool
+	h := j.handler(func(r *kgo.Record, _ int) error {
+		if r.Partition == 0 && r.Offset == 0 && !release.Load() {
+			return errTransient
+		}
+		return nil
+	})
+	e.run(e.consumer(), h, kafkaloop.Options{MaxPollRecords: 10, RetryBackoff: 5 * time.Millisecond, RetryBudget: -1})
+	waitFor(t, 20*time.Second, "the head failing", func() bool { return j.callCount("0/0") >= 3 })
+	e.produce(1, "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l")
+	waitFor(t, 20*time.Second, "the other partition handled and committed", func() bool { return e.committed(1) == 12 })
+	if got := e.committed(0); got > 0 {
+		t.Fatalf("partition 0 committed at %d while its head fails", got)
+	}
+	release.Store(true)
+	waitFor(t, 30*time.Second, "partition 0 committed", func() bool { return e.committed(0) == 40 })
+	j.check(t)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if got := len(j.order["stuck"]); got != 40 {
+		t.Errorf("key stuck succeeded %d times, want 40", got)
+	}
+	for i, v := range j.order["stuck"] {
+		if v != fmt.Sprintf("stuck#%d", i) {
+			t.Fatalf("key stuck handled out of order: %v", j.order["stuck"])
+		}
+	}
+}
+
+// A revoke waits for the running handlers of the partitions it takes away
+// (MaxBatchTime is an hour), then commits their finished prefix: the new
+// owner does not run those records again, and nothing is lost. Here both
+// partitions have a handler blocked when a second member joins; the
+// rebalance (both members synced in the new generation) cannot hand a
+// partition over until the handlers return.
+func TestRevokeWaitsForRunningHandlers(t *testing.T) {
+	e := newEnv(t, 2)
+	j := newJournal()
+	e.watchCommits(j)
+	var syncs atomic.Int32
+	e.c.ControlKey(int16(kmsg.SyncGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if req.(*kmsg.SyncGroupRequest).Group == e.group {
+			syncs.Add(1)
+		}
+		return nil, nil, false
+	})
+	e.produce(0, "a", "slow0", "b") // offsets 0-2
+	e.produce(1, "c", "slow1", "d")
+	release := make(chan struct{})
+	var started atomic.Int32
+	h := j.handler(func(r *kgo.Record, call int) error {
+		if r.Offset == 1 && call == 1 {
+			started.Add(1)
+			<-release
+		}
+		return nil
+	})
+	fast := kgo.HeartbeatInterval(100 * time.Millisecond)
+	o := kafkaloop.Options{MaxBatchTime: time.Hour}
+	e.run(e.consumer(fast), h, o)
+	waitFor(t, 20*time.Second, "both slow records running", func() bool { return started.Load() == 2 })
+	waitFor(t, 20*time.Second, "the records after them handled", func() bool { return j.okCount("0/2") == 1 && j.okCount("1/2") == 1 })
+	syncsBefore := syncs.Load()
+
+	var assigned atomic.Bool
+	second := e.consumer(fast, kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+		if len(m[topic]) > 0 {
+			assigned.Store(true)
+		}
+	}))
+	e.run(second, h, o)
+	waitFor(t, 20*time.Second, "both members synced in the new generation", func() bool { return syncs.Load() >= syncsBefore+2 })
+	time.Sleep(500 * time.Millisecond)
+	if assigned.Load() {
+		t.Fatal("the second member got a partition while its handlers were running")
+	}
+	close(release)
+	waitFor(t, 20*time.Second, "the second member's assignment", assigned.Load)
+	waitFor(t, 20*time.Second, "everything committed", func() bool { return e.committed(0) == 3 && e.committed(1) == 3 })
+	for p := range 2 {
+		for o := range 3 {
+			if n := j.okCount(fmt.Sprintf("%d/%d", p, o)); n != 1 {
+				t.Errorf("record %d/%d succeeded %d times, want once (the revoke committed it)", p, o, n)
+			}
+		}
+	}
+	j.check(t)
 }

@@ -286,3 +286,23 @@ func checkReachable(addrs []string, timeout time.Duration) error {
 	}
 	return fmt.Errorf("testenv: nothing accepts connections: %w", errors.Join(errs...))
 }
+
+// Unavailable skips t because what it needs (a browser, a tool) is
+// missing, or fails it when STACKSAGA_REQUIRE_SERVICES asks for everything.
+func Unavailable(t testing.TB, what string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("testenv: %s is required (%s=1): %s", what, EnvRequireServices, what)
+		return
+	}
+	t.Skipf("testenv: skipping: %s", what)
+}
+
+// Long skips a long integration test under `go test -short`, unless
+// STACKSAGA_REQUIRE_SERVICES asks for everything (then it runs).
+func Long(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() && !Required() {
+		t.Skipf("testenv: skipping under -short: %s", what)
+	}
+}

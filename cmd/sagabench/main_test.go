@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/testenv"
+)
+
+// runBench runs the command and returns its stdout, failing on a non-zero
+// exit.
+func runBench(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append([]string{"--quiet"}, args...), &stdout, &stderr); code != 0 {
+		t.Fatalf("sagabench %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, code, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+func decode(t *testing.T, out string) report {
+	t.Helper()
+	var r report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	return r
+}
+
+// positive checks that every named value is above zero.
+func positive(t *testing.T, cell string, vals map[string]float64) {
+	t.Helper()
+	for name, v := range vals {
+		if !(v > 0) {
+			t.Errorf("%s: %s = %v, want > 0", cell, name, v)
+		}
+	}
+}
+
+// The embedded cells run quickly: the table has its header and one row
+// per cell with every column, and the JSON numbers are positive.
+func TestEmbeddedCells(t *testing.T) {
+	args := []string{"--sagas", "40", "--warmup", "5", "--cells", "embedded-c1,embedded-c64", "--kafka", "", "--cassandra", ""}
+	table := runBench(t, args...)
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	var header []string
+	rows := map[string][]string{}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		switch {
+		case len(f) > 0 && f[0] == "cell":
+			header = f
+		case len(f) > 0 && strings.HasPrefix(f[0], "embedded-c") && len(f) > 3 && f[1] != ">=":
+			rows[f[0]] = f
+		}
+	}
+	if strings.Join(header, " ") != strings.Join(tableHeader, " ") {
+		t.Fatalf("table header %q, want %q\n%s", header, tableHeader, table)
+	}
+	for _, cell := range []string{"embedded-c1", "embedded-c64"} {
+		row := rows[cell]
+		if len(row) != len(tableHeader) {
+			t.Fatalf("row %s has %d columns, want %d: %q\n%s", cell, len(row), len(tableHeader), row, table)
+		}
+		for i, col := range tableHeader {
+			switch col {
+			case "sagas/s", "p50_ms", "p99_ms", "max_ms", "mean_ms", "cpu_ms/saga", "floor/s", "floor_p50", "floor_mean", "ratio":
+				if v, err := strconv.ParseFloat(row[i], 64); err != nil || v <= 0 {
+					t.Errorf("%s %s = %q, want a positive number", cell, col, row[i])
+				}
+			}
+		}
+	}
+	if !strings.Contains(table, "ratio = framework sagas/s / floor sagas/s") {
+		t.Errorf("no notes under the table:\n%s", table)
+	}
+
+	r := decode(t, runBench(t, append(args, "--json")...))
+	if len(r.Cells) != 2 || r.Sagas != 40 {
+		t.Fatalf("%d cells of %d sagas, want 2 of 40", len(r.Cells), r.Sagas)
+	}
+	for _, c := range r.Cells {
+		if c.Error != "" || c.Skipped != "" {
+			t.Fatalf("%s: error %q, skipped %q", c.Cell, c.Error, c.Skipped)
+		}
+		f := c.Framework
+		if f.Sagas != 40 || c.Floor == nil || c.Floor.Sagas != 40 {
+			t.Fatalf("%s: measured %d sagas, floor %+v", c.Cell, f.Sagas, c.Floor)
+		}
+		positive(t, c.Cell, map[string]float64{
+			"sagas/s": f.Rate, "p50": f.P50, "p99": f.P99, "max": f.Max, "mean": f.Mean, "cpu/saga": f.CPUPerSaga,
+			"floor sagas/s": c.Floor.Rate, "floor p50": c.Floor.P50, "ratio": c.Ratio,
+		})
+		if f.P50 > f.P99 || f.P99 > f.Max {
+			t.Errorf("%s: p50 %v, p99 %v, max %v out of order", c.Cell, f.P50, f.P99, f.Max)
+		}
+		if c.RoundTrips != nil || c.FloorCQL != nil {
+			t.Errorf("%s: Cassandra figures with the in-memory store", c.Cell)
+		}
+	}
+}
+
+// One small Cassandra cell on real services: round trips by kind, the
+// floor and its two halves.
+func TestCassandraCellRealServices(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	r := decode(t, runBench(t, "--json", "--sagas", "40", "--warmup", "5", "--cells", "cassandra-relaxed-c64",
+		"--kafka", strings.Join(brokers, ","), "--cassandra", strings.Join(hosts, ","), "--keyspace", keyspace, "--timeout", "2m"))
+	if len(r.Cells) != 1 {
+		t.Fatalf("%d cells", len(r.Cells))
+	}
+	c := r.Cells[0]
+	if c.Error != "" || c.Skipped != "" {
+		t.Fatalf("error %q, skipped %q", c.Error, c.Skipped)
+	}
+	if c.RoundTrips == nil || c.Floor == nil || c.FloorKafka == nil || c.FloorCQL == nil {
+		t.Fatalf("missing figures: %+v", c)
+	}
+	rt := c.RoundTrips
+	positive(t, c.Cell, map[string]float64{
+		"sagas/s": c.Framework.Rate, "p50": c.Framework.P50, "round trips": rt.Total, "reads": rt.Reads,
+		"floor": c.Floor.Rate, "floor kafka": c.FloorKafka.Rate, "floor statements": c.FloorCQL.Rate, "ratio": c.Ratio,
+	})
+	if sum := rt.Reads + rt.Writes + rt.LWTs + rt.Batches + rt.Other; sum < rt.Total-0.01 || sum > rt.Total+0.01 {
+		t.Errorf("round trips by kind sum to %v, total %v", sum, rt.Total)
+	}
+	if len(r.Targets) == 0 {
+		t.Error("no targets checked")
+	}
+}
+
+func TestParse(t *testing.T) {
+	var stderr bytes.Buffer
+	o, err := parse([]string{"--sagas", "100", "--kafka", "", "--cassandra", ""}, &stderr)
+	if err != nil || o.warmup != 10 || o.timeout != 5*time.Minute {
+		t.Errorf("parse: %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{
+		{"--sagas", "0"},
+		{"--kafka", "", "--cassandra", "127.0.0.1:9042"},
+		{"extra"},
+	} {
+		if _, err := parse(bad, &stderr); err == nil {
+			t.Errorf("parse(%q) accepted", bad)
+		}
+	}
+	var out bytes.Buffer
+	if code := run([]string{"--cells", "nothing-*"}, &out, &stderr); code != 2 {
+		t.Errorf("--cells matching nothing: exit %d, want 2", code)
+	}
+	if code := run([]string{"--cells", "list"}, &out, &stderr); code != 0 || strings.Count(out.String(), "\n") != len(matrix()) {
+		t.Errorf("--cells list: exit %d\n%s", code, out.String())
+	}
+}
+
+func TestSelectCells(t *testing.T) {
+	got, err := selectCells(matrix(), "cassandra-*-c64, embedded-c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range got {
+		names = append(names, c.Name)
+	}
+	if want := "embedded-c1 cassandra-relaxed-c64 cassandra-strict-c64"; strings.Join(names, " ") != want {
+		t.Errorf("selected %v, want %s (matrix order)", names, want)
+	}
+	if all, _ := selectCells(matrix(), ""); len(all) != 9 {
+		t.Errorf("default selects %d cells, want 9", len(all))
+	}
+}
+
+// The floor issues as many statements of each kind as the framework's
+// averages, over the sagas of a run, dealt over the seven stages.
+func TestFloorPlanMatchesAverages(t *testing.T) {
+	rt := roundTripsOf(cassandra.Stats{
+		Reads: 900, Writes: 400, LWTs: 100, Batches: 300,
+		Tables: map[string]cassandra.TableStats{
+			"es_transaction":        {Writes: 300, LWTs: 100, Batched: 300},
+			"es_transaction_tryout": {Writes: 300, Batched: 300},
+			"es_execution_markers":  {Reads: 900, Writes: 400},
+		},
+	}, 100)
+	p := planFromRoundTrips(rt)
+	if p.perBatch != 2 || p.condBatches != 0 || p.perSaga() != 17 {
+		t.Fatalf("plan %+v from %+v", p, rt)
+	}
+	counts := map[stmtKind]int{}
+	for i := range 100 {
+		st := p.stages(i)
+		n := 0
+		for _, s := range st {
+			for _, k := range s {
+				counts[k]++
+				n++
+			}
+		}
+		if n != 17 {
+			t.Fatalf("saga %d has %d statements, want 17", i, n)
+		}
+		if len(st[0]) == 0 || st[0][0] != stmtLWT {
+			t.Fatalf("saga %d starts with %v, want its LWT", i, st[0])
+		}
+	}
+	if counts[stmtRead] != 900 || counts[stmtWrite] != 400 || counts[stmtLWT] != 100 || counts[stmtBatch] != 300 {
+		t.Errorf("statements over 100 sagas: %v", counts)
+	}
+	total := 0
+	for i := range 1000 {
+		total += share(2.37, i)
+	}
+	if total != 2370 {
+		t.Errorf("share(2.37) over 1000 sagas = %d, want 2370", total)
+	}
+}
+
+// A missed goal says what the floor allows and what bounds it.
+func TestTargetsExplainMisses(t *testing.T) {
+	defer func(n int) { cpus = n }(cpus)
+	cpus = 2
+	floorM := measure{Sagas: 10, Rate: 250, Mean: 30, P50: 25, CPUPerSaga: 1, KafkaCPUPerSaga: 2, CassandraCPUPerSaga: 5, BoxCPU: 99}
+	cells := []*cellResult{{
+		Cell: "cassandra-relaxed-c64", Infra: "cassandra-relaxed", Concurrency: 64,
+		Framework:  measure{Sagas: 10, Rate: 200, Mean: 300, P50: 280, CPUPerSaga: 1.5, BoxCPU: 99, KafkaCPUPerSaga: -1, CassandraCPUPerSaga: -1},
+		RoundTrips: &roundTrips{Total: 12, Reads: 3, Writes: 6, Batches: 3},
+		Floor:      &floorM, FloorKafka: &measure{Rate: 600}, FloorCQL: &measure{Rate: 300},
+		Ratio: 0.8,
+	}}
+	ts := checkTargets(cells)
+	if len(ts) != 2 {
+		t.Fatalf("targets %v", ts)
+	}
+	miss := ts[0]
+	if miss.Met || miss.Floor != 250 || !strings.Contains(miss.Why, "out of reach") ||
+		!strings.Contains(miss.Why, "the Cassandra statements bound it") || !strings.Contains(miss.Why, "at most 250 sagas/s") {
+		t.Errorf("missed target: %+v", miss)
+	}
+	if ratio := ts[1]; !ratio.Met || ratio.Got != 0.8 {
+		t.Errorf("ratio target: %+v", ratio)
+	}
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// report is the whole run.
+type report struct {
+	Started    time.Time     `json:"started"`
+	Sagas      int           `json:"sagas_per_cell"`
+	Warmup     int           `json:"warmup_per_cell"`
+	NumCPU     int           `json:"num_cpu"`
+	GOMAXPROCS int           `json:"gomaxprocs"`
+	Kafka      string        `json:"kafka,omitempty"`
+	Cassandra  string        `json:"cassandra,omitempty"`
+	LoadStart  [3]float64    `json:"load_start"`
+	LoadEnd    [3]float64    `json:"load_end"`
+	Cells      []*cellResult `json:"cells"`
+	Targets    []target      `json:"targets"`
+}
+
+// cellResult is one row.
+type cellResult struct {
+	Cell        string `json:"cell"`
+	Infra       string `json:"infra"`
+	Store       string `json:"store"`
+	Mode        string `json:"mode"`
+	Concurrency int    `json:"concurrency"`
+	// Framework is the framework's measure.
+	Framework measure `json:"framework"`
+	// RoundTrips are the framework's Cassandra requests per saga (nil
+	// with the in-memory store).
+	RoundTrips *roundTrips `json:"round_trips_per_saga,omitempty"`
+	// Floor is the minimal loop with the Kafka hops and the statements;
+	// FloorKafka and FloorCQL are its halves (set when the cell has
+	// statements).
+	Floor      *measure `json:"floor,omitempty"`
+	FloorKafka *measure `json:"floor_kafka_hops,omitempty"`
+	FloorCQL   *measure `json:"floor_statements,omitempty"`
+	// Ratio is framework/floor throughput.
+	Ratio float64 `json:"framework_over_floor,omitempty"`
+	// Load is the load average when the cell ended.
+	Load    [3]float64 `json:"load"`
+	Skipped string     `json:"skipped,omitempty"`
+	Error   string     `json:"error,omitempty"`
+}
+
+func (r *report) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// tableHeader names the table's columns.
+var tableHeader = []string{
+	"cell", "sagas/s", "p50_ms", "p99_ms", "max_ms", "mean_ms", "rt/saga", "r/w/lwt/batch", "cpu_ms/saga", "kafka_cpu", "cql_cpu",
+	"floor/s", "floor_p50", "floor_mean", "ratio", "floor_kafka/s", "floor_stmts/s", "box_cpu%", "load1",
+}
+
+// rows returns the table's rows, one per cell, as strings.
+func (r *report) rows() [][]string {
+	var out [][]string
+	for _, c := range r.Cells {
+		row := []string{c.Cell}
+		switch {
+		case c.Skipped != "":
+			row = append(row, "skipped: "+c.Skipped)
+			out = append(out, row)
+			continue
+		case c.Error != "" && c.Framework.Sagas == 0:
+			row = append(row, "failed: "+c.Error)
+			out = append(out, row)
+			continue
+		}
+		f := c.Framework
+		row = append(row, num(f.Rate, 1), num(f.P50, 1), num(f.P99, 1), num(f.Max, 1), num(f.Mean, 1))
+		if rt := c.RoundTrips; rt != nil {
+			row = append(row, num(rt.Total, 1), fmt.Sprintf("%s/%s/%s/%s", num(rt.Reads, 1), num(rt.Writes, 1), num(rt.LWTs, 1), num(rt.Batches, 1)))
+		} else {
+			row = append(row, "-", "-")
+		}
+		row = append(row, num(f.CPUPerSaga, 2), opt(f.KafkaCPUPerSaga, 2), opt(f.CassandraCPUPerSaga, 2))
+		if fl := c.Floor; fl != nil {
+			row = append(row, num(fl.Rate, 1), num(fl.P50, 1), num(fl.Mean, 1), num(c.Ratio, 2))
+		} else {
+			row = append(row, "-", "-", "-", "-")
+		}
+		for _, m := range []*measure{c.FloorKafka, c.FloorCQL} {
+			if m != nil {
+				row = append(row, num(m.Rate, 1))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		if f.BoxCPU >= 0 {
+			row = append(row, num(f.BoxCPU, 0))
+		} else {
+			row = append(row, "-")
+		}
+		row = append(row, num(c.Load[0], 2))
+		out = append(out, row)
+	}
+	return out
+}
+
+func num(v float64, prec int) string { return fmt.Sprintf("%.*f", prec, v) }
+
+// opt is num, or "-" for a negative (unknown) value.
+func opt(v float64, prec int) string {
+	if v < 0 {
+		return "-"
+	}
+	return num(v, prec)
+}
+
+// notes explain the columns under the table.
+var notes = []string{
+	"ratio = framework sagas/s / floor sagas/s. The floor is the same cell's Kafka hops (command, reply, x3) and the",
+	"framework's Cassandra statements per saga (same kinds and batch sizes, spread over the saga's 7 stages, a stage's",
+	"statements at once), issued by a minimal loop without the framework at the same concurrency; floor_kafka/s and",
+	"floor_stmts/s are its two halves alone. cpu_ms/saga is this process (embedded cells include the in-process broker);",
+	"kafka_cpu and cql_cpu are the local broker's and Cassandra's CPU ms per saga (any other client's load on them",
+	"included); box_cpu% is the whole machine during the framework run; load1 is the load average at the cell's end.",
+}
+
+// writeTable prints the table, the notes and the targets.
+func (r *report) writeTable(w io.Writer) {
+	fmt.Fprintf(w, "sagabench: %d sagas per cell (+%d warm-up), %d CPUs, GOMAXPROCS %d, load average %.2f %.2f %.2f at start, %.2f %.2f %.2f at end\n",
+		r.Sagas, r.Warmup, r.NumCPU, r.GOMAXPROCS, r.LoadStart[0], r.LoadStart[1], r.LoadStart[2], r.LoadEnd[0], r.LoadEnd[1], r.LoadEnd[2])
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(tableHeader, "\t")+"\t")
+	for _, row := range r.rows() {
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	_ = tw.Flush()
+	for _, c := range r.Cells {
+		if c.Error != "" && c.Framework.Sagas > 0 {
+			fmt.Fprintf(w, "%s: %s\n", c.Cell, c.Error)
+		}
+	}
+	for _, line := range notes {
+		fmt.Fprintln(w, line)
+	}
+	for _, c := range r.Cells {
+		if rt := c.RoundTrips; rt != nil && len(rt.Tables) > 0 {
+			names := make([]string, 0, len(rt.Tables))
+			for n := range rt.Tables {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			var parts []string
+			for _, n := range names {
+				t := rt.Tables[n]
+				if t.Reads+t.Writes+t.LWTs < 0.05 {
+					continue // a few statements over the whole cell (a recovery scan, say)
+				}
+				parts = append(parts, fmt.Sprintf("%s r%s w%s lwt%s (batched %s)", n, num(t.Reads, 1), num(t.Writes, 1), num(t.LWTs, 1), num(t.Batched, 1)))
+			}
+			fmt.Fprintf(w, "%s statements per saga by table: %s\n", c.Cell, strings.Join(parts, ", "))
+		}
+	}
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(w, "targets (issue 10):")
+		for _, t := range r.Targets {
+			fmt.Fprintf(w, "  %s\n", t.String())
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+)
+
+// target is one goal of the performance issue, checked against a cell.
+type target struct {
+	Name string  `json:"name"`
+	Cell string  `json:"cell"`
+	Want float64 `json:"want"`
+	Got  float64 `json:"got"`
+	// Floor is what the cell's floor reaches on the same metric (0:
+	// unknown).
+	Floor float64 `json:"floor,omitempty"`
+	Met   bool    `json:"met"`
+	// Why explains a miss: what the floor allows and what bounds it.
+	Why string `json:"why,omitempty"`
+}
+
+func (t target) String() string {
+	verdict := "met"
+	if !t.Met {
+		verdict = "MISSED"
+	}
+	s := fmt.Sprintf("%-40s %-6s got %s", t.Name, verdict, num(t.Got, 2))
+	if t.Floor > 0 {
+		s += fmt.Sprintf(", floor %s", num(t.Floor, 2))
+	}
+	if t.Why != "" {
+		s += ": " + t.Why
+	}
+	return s
+}
+
+// goal is a throughput or latency target of one cell.
+type goal struct {
+	cell    string
+	latency bool // mean_ms at most want; otherwise sagas/s at least want
+	want    float64
+}
+
+var goals = []goal{
+	{"cassandra-relaxed-c64", false, 400},
+	{"cassandra-strict-c64", false, 200},
+	{"cassandra-relaxed-c1", true, 20},
+	{"embedded-c256", false, 5000},
+}
+
+// minRatio is the framework/floor target of every real-services cell.
+const minRatio = 0.7
+
+// checkTargets evaluates the goals of the cells that ran.
+func checkTargets(cells []*cellResult) []target {
+	byName := make(map[string]*cellResult)
+	for _, c := range cells {
+		if c.Skipped == "" && c.Error == "" && c.Framework.Sagas > 0 {
+			byName[c.Cell] = c
+		}
+	}
+	var out []target
+	for _, g := range goals {
+		c := byName[g.cell]
+		if c == nil {
+			continue
+		}
+		t := target{Cell: g.cell, Want: g.want}
+		if g.latency {
+			t.Name = fmt.Sprintf("%s mean <= %s ms", g.cell, num(g.want, 0))
+			t.Got = c.Framework.Mean
+			t.Met = t.Got <= g.want
+			if c.Floor != nil {
+				t.Floor = c.Floor.Mean
+			}
+		} else {
+			t.Name = fmt.Sprintf("%s >= %s sagas/s", g.cell, num(g.want, 0))
+			t.Got = c.Framework.Rate
+			t.Met = t.Got >= g.want
+			if c.Floor != nil {
+				t.Floor = c.Floor.Rate
+			}
+		}
+		if !t.Met {
+			t.Why = whyMissed(c, g)
+		}
+		out = append(out, t)
+	}
+	for _, c := range cells {
+		if byName[c.Cell] == nil || !strings.HasPrefix(c.Infra, "kafka-") && !strings.HasPrefix(c.Infra, "cassandra-") || c.Floor == nil {
+			continue
+		}
+		t := target{Name: fmt.Sprintf("%s framework/floor >= %.1f", c.Cell, minRatio), Cell: c.Cell, Want: minRatio, Got: c.Ratio, Met: c.Ratio >= minRatio}
+		if !t.Met {
+			t.Why = fmt.Sprintf("the framework adds %s ms to the floor's %s ms median and spends %s cpu-ms per saga against the floor's %s: "+
+				"that is the framework's own work on the same hops and statements (envelopes, state, guards, commits)",
+				num(c.Framework.P50-c.Floor.P50, 1), num(c.Floor.P50, 1), num(c.Framework.CPUPerSaga, 2), num(c.Floor.CPUPerSaga, 2))
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// whyMissed explains a missed throughput or latency goal with the floor.
+func whyMissed(c *cellResult, g goal) string {
+	if c.Floor == nil {
+		return "no floor measured (--no-floor)"
+	}
+	fl := c.Floor
+	floorMeets := fl.Rate >= g.want
+	unit, floorVal := "sagas/s", fl.Rate
+	if g.latency {
+		floorMeets, unit, floorVal = fl.Mean <= g.want, "ms mean", fl.Mean
+	}
+	if floorMeets {
+		return fmt.Sprintf("within the floor's reach (%s %s without the framework, framework/floor %s): the framework's own work misses it (%s cpu-ms/saga against the floor's %s)",
+			num(floorVal, 1), unit, num(c.Ratio, 2), num(c.Framework.CPUPerSaga, 2), num(fl.CPUPerSaga, 2))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "out of reach on this machine: the floor itself, with no framework, reaches only %s %s", num(floorVal, 1), unit)
+	if k, s := c.FloorKafka, c.FloorCQL; k != nil && s != nil {
+		if g.latency {
+			fmt.Fprintf(&b, " (the %d Kafka hops alone take %s ms, the %s statements alone %s ms, a stage's statements at once)",
+				2*steps, num(k.Mean, 1), num(c.RoundTrips.Total-c.RoundTrips.Other, 1), num(s.Mean, 1))
+		} else {
+			bound := "the Kafka hops"
+			switch {
+			case s.Rate < 0.8*k.Rate:
+				bound = "the Cassandra statements"
+			case k.Rate >= 0.8*s.Rate:
+				bound = "the Kafka hops and the Cassandra statements together"
+			}
+			fmt.Fprintf(&b, "; Kafka hops alone reach %s sagas/s and the %s statements per saga alone %s sagas/s, so %s bound it",
+				num(k.Rate, 1), num(c.RoundTrips.Total-c.RoundTrips.Other, 1), num(s.Rate, 1), bound)
+		}
+	}
+	if c.Framework.BoxCPU >= 0 {
+		fmt.Fprintf(&b, "; the machine's CPUs were %s%% busy during the framework run (brokers, database and this process share them)", num(c.Framework.BoxCPU, 0))
+	}
+	if limit, how := cpuBound(*fl, cpus); limit > 0 && !g.latency {
+		fmt.Fprintf(&b, "; the floor costs %s, so %d CPUs allow at most %s sagas/s with nothing else running", how, cpus, num(limit, 0))
+	}
+	return b.String()
+}
+
+// cpus is the machine's CPU count, for the CPU-bound limit.
+var cpus = runtime.NumCPU()
+
+// cpuBound returns the sagas/s that n CPUs allow when a saga costs m's CPU
+// time (this process, the broker, Cassandra), and the sum spelled out; 0
+// when the servers' CPU is unknown.
+func cpuBound(m measure, n int) (float64, string) {
+	if m.KafkaCPUPerSaga < 0 {
+		return 0, ""
+	}
+	total := m.CPUPerSaga + m.KafkaCPUPerSaga
+	how := fmt.Sprintf("%s cpu-ms per saga here + %s in the broker", num(m.CPUPerSaga, 2), num(m.KafkaCPUPerSaga, 2))
+	if m.CassandraCPUPerSaga >= 0 {
+		total += m.CassandraCPUPerSaga
+		how += fmt.Sprintf(" + %s in Cassandra", num(m.CassandraCPUPerSaga, 2))
+	}
+	if total <= 0 {
+		return 0, ""
+	}
+	return float64(n) * 1000 / total, how + fmt.Sprintf(" = %s ms", num(total, 2))
+}
