@@ -40,6 +40,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -81,6 +82,7 @@ type options struct {
 	window        time.Duration
 
 	telemetry   bool
+	cpuProfile  string
 	metricsAddr string
 	traceRatio  float64
 	// afterRun, when set, is called with the result and the /metrics URL
@@ -120,6 +122,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.traceRatio, "trace-ratio", 1, "with --telemetry, the fraction of sagas traced (head sampling at Start; the workers follow the saga's decision); 0 turns tracing off, leaving the metrics")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -194,6 +197,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if tel.metricsURL != "" && !opts.quiet {
 			fmt.Fprintln(stderr, "sagademo: metrics at", tel.metricsURL)
 		}
+	}
+	if opts.cpuProfile != "" {
+		f, err := os.Create(opts.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "sagademo:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "sagademo:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := demo(ctx, opts, tel, stderr)
 	if err != nil {
