@@ -604,7 +604,8 @@ func (e *Env) lag() (string, error) {
 		seen[c.group] = true
 		if c.share {
 			// A share group has handled everything below its start
-			// offset (every record there accepted, rejected or archived).
+			// offset (every record there accepted, rejected or archived),
+			// and above it all but its lag.
 			described, err := e.adm.DescribeShareGroupOffsets(ctx, c.group)
 			if err == nil {
 				err = described.Error()
@@ -617,11 +618,13 @@ func (e *Env) lag() (string, error) {
 				if end.Topic != c.topic {
 					return
 				}
-				at := int64(0)
+				at, lag := int64(0), int64(-1)
 				if o, ok := offs.Lookup(end.Topic, end.Partition); ok && o.Err == nil && o.StartOffset >= 0 {
-					at = o.StartOffset
+					// The broker moves the start offset on lazily; its
+					// lag counts the records not yet acknowledged.
+					at, lag = o.StartOffset, o.Lag
 				}
-				if at < end.Offset {
+				if at < end.Offset && lag != 0 {
 					behind = append(behind, fmt.Sprintf("share group %s at %s[%d] %d of %d", c.group, end.Topic, end.Partition, at, end.Offset))
 				}
 			})
