@@ -1,9 +1,14 @@
 package sagatest_test
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/sagatest"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
@@ -66,4 +71,94 @@ func TestAcceptanceShareMixed(t *testing.T) {
 	ids, want := run(t, o, 100, 10)
 	checkEnd(t, env, o, ids, want, 1)
 	env.AssertExactlyOnce()
+}
+
+// Acceptance: the orchestrator domain on a share group with three
+// instances (replies of one saga reach any of them, and each is delivered
+// twice); 1,000 sagas complete and none is advanced twice: every
+// transition is made by exactly one instance (counted by the instances'
+// listeners), and each saga's history in the store has exactly one tryout
+// row per step (no step applied twice).
+func TestAcceptanceShareOrchestrators(t *testing.T) {
+	n := uniqueNames(t)
+	env := realEnv(t, sagatest.WithWriteProtection(writeprotect.Strict), sagatest.DuplicateReplies(1))
+	// The workers and one orchestrator through the harness; two more
+	// instances of it join the same share group.
+	var mu sync.Mutex
+	transitions := map[string]int{} // tx/from/to/span/kind -> count
+	listen := orchestrator.WithListener(func(ev orchestrator.Event) {
+		mu.Lock()
+		transitions[fmt.Sprintf("%s %s>%s %d %s", ev.TxID, ev.From, ev.To, ev.Span, ev.Kind)]++
+		mu.Unlock()
+	})
+	first := startWith(env, n, orchestrator.WithGroupType(topics.GroupShare), listen)
+	group := topics.Prefix + "." + n.order + "." + n.domain + ".orchestrator"
+	all := []*orchestrator.Orchestrator[Order]{first}
+	for range 2 {
+		o, err := orchestrator.New(n.order, n.saga(), orchestrator.WithBrokers(env.Brokers()...), orchestrator.WithStore(env.Store()),
+			orchestrator.WithGroup(group), orchestrator.WithGroupType(topics.GroupShare), listen,
+			orchestrator.WithProvision(topics.Provision{Partitions: sagatest.DefaultPartitions}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- o.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("orchestrator: %v", err)
+			}
+		})
+		<-o.Running()
+		all = append(all, o)
+	}
+	const sagas = 1000
+	var ids []string
+	want := map[string]eventstore.State{}
+	for i := range sagas {
+		id, err := all[i%3].Start(t.Context(), Order{ID: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		want[id] = eventstore.StateCompleted
+	}
+	checkEnd(t, env, first, ids, want, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	for k, c := range transitions {
+		if c != 1 {
+			t.Errorf("transition %s made %d times", k, c)
+		}
+	}
+	var applied int64
+	for i, o := range all {
+		st := o.Stats()
+		applied += st.Replies
+		t.Logf("instance %d: %+v", i, st)
+		if st.Replies == 0 {
+			t.Errorf("instance %d applied no reply", i)
+		}
+	}
+	if applied != 3*sagas {
+		t.Errorf("%d replies applied, want %d (three steps per saga)", applied, 3*sagas)
+	}
+	for _, id := range ids {
+		tries, err := env.Store().Tryouts(t.Context(), first.Scope(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, tr := range tries {
+			k := fmt.Sprintf("%d/%s/%d/%s", tr.Span, tr.Kind, tr.Attempt, tr.Outcome)
+			if seen[k] {
+				t.Errorf("%s: step %s recorded twice: advanced twice", id, k)
+			}
+			seen[k] = true
+		}
+		if len(tries) != 3 {
+			t.Errorf("%s: %d tryout rows, want 3", id, len(tries))
+		}
+	}
 }
