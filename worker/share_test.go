@@ -208,7 +208,7 @@ func TestShareKill9Redelivered(t *testing.T) {
 	for i := range n {
 		e.send(e.cmd(fmt.Sprintf("k%d", i), "charge", 0, topics.KindProcess, Order{ID: fmt.Sprint(i), Amount: 1}))
 	}
-	wait("HOLDING") // a step is running in the child
+	wait("HOLDING")                              // a step is running in the child
 	if err := child.Process.Kill(); err != nil { // SIGKILL: no release, no leave
 		t.Fatal(err)
 	}
