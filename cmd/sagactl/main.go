@@ -3,9 +3,9 @@
 // terminated).
 //
 //	sagactl schema print [--keyspace ks] [--replication spec] [--config file]
-//	sagactl schema apply [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
-//	                     [--local-datacenter dc] [--username u] [--password p]
-//	                     [--config file] [--timeout 2m]
+//	sagactl schema apply|diff [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
+//	                          [--local-datacenter dc] [--username u] [--password p]
+//	                          [--config file] [--timeout 2m]
 //	sagactl list retry-pending|paused|frozen|disabled|terminated [--limit 50] [--after TXID | --page P]
 //	sagactl show TXID
 //	sagactl restore TXID | --all-disabled
@@ -15,7 +15,13 @@
 //
 // print writes the schema script (the keyspace and the 9 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
-// cluster. --replication is "SimpleStrategy:<rf>" or
+// cluster, then adds to tables created by an older release the columns
+// they lack (ALTER TABLE ... ADD; it never drops or changes a column, and
+// fails naming table, column and types when a column has another type),
+// and lists those ALTER statements; diff prints what apply would run on
+// the live keyspace, as CQL (the whole script for a missing keyspace, the
+// CREATE TABLE of missing tables, the ALTER TABLE of missing columns), and
+// changes nothing. --replication is "SimpleStrategy:<rf>" or
 // "NetworkTopologyStrategy:<dc>=<rf>[,<dc>=<rf>...]". Values come from the
 // stacksaga.cassandra section of --config (if given), then the
 // STACKSAGA_CASSANDRA_* environment variables, then the flags; the rest
@@ -52,9 +58,9 @@ func main() {
 
 const usage = `usage:
   sagactl schema print [--keyspace ks] [--replication spec] [--config file]
-  sagactl schema apply [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
-                       [--local-datacenter dc] [--username u] [--password p]
-                       [--config file] [--timeout 2m]
+  sagactl schema apply|diff [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
+                            [--local-datacenter dc] [--username u] [--password p]
+                            [--config file] [--timeout 2m]
   sagactl list retry-pending|paused|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
   sagactl show TXID [flags]
   sagactl restore TXID | --all-disabled [flags]
@@ -80,16 +86,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runRing(ctx, args[1:], stdout, stderr)
 		}
 	}
-	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply") {
+	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply" && args[1] != "diff") {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
 	return runSchema(ctx, args, stdout, stderr)
 }
 
-// runSchema runs schema print and schema apply.
+// runSchema runs schema print, apply and diff.
 func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	apply := args[1] == "apply"
+	connect := args[1] != "print" // apply and diff connect
 	fs := flag.NewFlagSet("sagactl schema "+args[1], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML file with a stacksaga.cassandra section")
@@ -97,12 +103,12 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	replication := fs.String("replication", "", "SimpleStrategy:<rf> or NetworkTopologyStrategy:<dc>=<rf>[,...] (default NetworkTopologyStrategy:<local-datacenter>=3)")
 	var hosts, localDC, username, password *string
 	var timeout *time.Duration
-	if apply {
+	if connect {
 		hosts = fs.String("hosts", "", "comma-separated contact points host[:port] (default 127.0.0.1:9042)")
 		localDC = fs.String("local-datacenter", "", "local data centre (default datacenter1)")
 		username = fs.String("username", "", "user for PasswordAuthenticator")
 		password = fs.String("password", "", "password for PasswordAuthenticator")
-		timeout = fs.Duration("timeout", 2*time.Minute, "bound on the whole apply")
+		timeout = fs.Duration("timeout", 2*time.Minute, "bound on the whole command")
 	}
 	if err := fs.Parse(args[2:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -131,7 +137,7 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if set["keyspace"] {
 		cfg.Keyspace = *keyspace
 	}
-	if apply {
+	if connect {
 		if set["hosts"] {
 			cfg.ContactPoints = splitList(*hosts)
 		}
@@ -161,7 +167,7 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 
-	if !apply {
+	if !connect {
 		script, err := cassandra.SchemaCQL(cfg.Keyspace, cfg.Replication)
 		if err != nil {
 			fmt.Fprintf(stderr, "sagactl: %v\n", err)
@@ -172,11 +178,45 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := cassandra.ApplySchemaWithConfig(ctx, cfg); err != nil {
+	cl, err := cfg.ClusterConfig()
+	if err != nil {
+		fmt.Fprintf(stderr, "sagactl: %v\n", err)
+		return 1
+	}
+	cl.Keyspace = "" // it may not exist yet
+	session, err := cassandra.Connect(ctx, cl)
+	if err != nil {
+		fmt.Fprintf(stderr, "sagactl: connect to %s: %v\n", strings.Join(cfg.ContactPoints, ","), err)
+		return 1
+	}
+	defer session.Close()
+	where := fmt.Sprintf("keyspace %s on %s", cfg.Keyspace, strings.Join(cfg.ContactPoints, ","))
+	pending, err := cassandra.MigrationCQL(ctx, session, cfg.Keyspace, cfg.Replication)
+	if err != nil {
+		fmt.Fprintf(stderr, "sagactl: %v\n", err)
+		return 1
+	}
+	if args[1] == "diff" {
+		if len(pending) == 0 {
+			fmt.Fprintf(stdout, "-- %s: up to date\n", where)
+			return 0
+		}
+		fmt.Fprintf(stdout, "-- %s: %d statements to run (sagactl schema apply runs them)\n", where, len(pending))
+		for _, stmt := range pending {
+			fmt.Fprintf(stdout, "\n%s;\n", stmt)
+		}
+		return 0
+	}
+	if err := cassandra.ApplySchema(ctx, session, cfg.Keyspace, cfg.Replication); err != nil {
 		fmt.Fprintf(stderr, "sagactl: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "schema applied: keyspace %s (%s) on %s\n", cfg.Keyspace, cfg.Replication, strings.Join(cfg.ContactPoints, ","))
+	for _, stmt := range pending {
+		if strings.HasPrefix(stmt, "ALTER TABLE ") {
+			fmt.Fprintf(stdout, "  upgraded: %s\n", stmt)
+		}
+	}
 	return 0
 }
 

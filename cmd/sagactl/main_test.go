@@ -84,6 +84,8 @@ func TestUsageErrors(t *testing.T) {
 		{"schema", "print", "--replication", "Everywhere:3"},
 		{"schema", "print", "--hosts", "x"}, // apply-only flag
 		{"schema", "print", "extra"},
+		{"schema", "diff", "extra"},
+		{"schema", "diff", "--replication", "Everywhere:3"},
 	} {
 		if code, _, _ := sagactl(t, args...); code != 2 {
 			t.Errorf("sagactl %q: exit %d, want 2", args, code)

@@ -112,7 +112,10 @@ func packageCQL(t *testing.T) map[string]string {
 				return true
 			}
 			s, err := strconv.Unquote(lit.Value)
-			if err == nil && dmlStart.MatchString(s) {
+			// The schema upgrade's reads of system_schema (each of one
+			// keyspace_name partition) are not statements on the store's
+			// tables.
+			if err == nil && dmlStart.MatchString(s) && !strings.Contains(s, " system_schema.") {
 				out[s] = fset.Position(lit.Pos()).String()
 			}
 			return true

@@ -197,7 +197,9 @@ func splitStatements(script string) []string {
 
 // ApplySchema creates the keyspace (if absent, with replication r) and the 9
 // tables (if absent) through session, waiting for schema agreement after
-// each statement. It is idempotent: tables that exist are left as they are.
+// each statement, then adds to tables created by an older release the
+// columns they lack (Migrate). It is idempotent: nothing that exists is
+// dropped or changed.
 func ApplySchema(ctx context.Context, session *gocql.Session, keyspace string, r Replication) error {
 	stmts, err := SchemaStatements(keyspace, r)
 	if err != nil {
@@ -211,7 +213,8 @@ func ApplySchema(ctx context.Context, session *gocql.Session, keyspace string, r
 			return fmt.Errorf("cassandra: apply schema: await agreement after %s: %w", firstLine(stmt), err)
 		}
 	}
-	return nil
+	_, err = Migrate(ctx, session, keyspace)
+	return err
 }
 
 // ApplySchemaWithConfig connects with cfg (without selecting its keyspace),

@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -206,10 +205,12 @@ type partKey struct {
 	bucket time.Time
 }
 
-// New connects with cfg (the event store's configuration: contact points,
-// keyspace, consistency, credentials), creates the index tables in
-// cfg.Keyspace if absent (unless WithoutSchema), and starts the writer.
-// Close it to flush and disconnect.
+// New connects with cfg (the event store's configuration, validated:
+// contact points, keyspace, data centre, consistency, timeouts,
+// reconnection, credentials; see cassandra.Config.ClusterConfig), creates
+// the index tables in cfg.Keyspace if absent and adds to tables created by
+// an older release the columns they lack (unless WithoutSchema), and
+// starts the writer. Close it to flush and disconnect.
 func New(ctx context.Context, cfg cassandra.Config, opts ...Option) (*Index, error) {
 	o := options{
 		logger: slog.Default(), retention: DefaultRetention, flushEvery: DefaultFlushInterval,
@@ -222,43 +223,25 @@ func New(ctx context.Context, cfg cassandra.Config, opts ...Option) (*Index, err
 	if o.retention < 0 {
 		return nil, fmt.Errorf("cassandraindex: negative retention %v", o.retention)
 	}
-	def := cassandra.DefaultConfig()
-	if len(cfg.ContactPoints) == 0 {
-		cfg.ContactPoints = def.ContactPoints
-	}
-	if cfg.Keyspace == "" {
-		cfg.Keyspace = def.Keyspace
-	}
-	if cfg.LocalDatacenter == "" {
-		cfg.LocalDatacenter = def.LocalDatacenter
-	}
-	if !keyspaceRE.MatchString(cfg.Keyspace) {
-		return nil, fmt.Errorf("cassandraindex: keyspace %q: want a lowercase letter then up to 47 of [a-z0-9_]", cfg.Keyspace)
+	cfg = cfg.WithDefaults()
+	cl, err := cfg.ClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("cassandraindex: %w", err)
 	}
 	x := &Index{
 		ks: cfg.Keyspace, o: o,
-		readCL: consistency(cfg.ReadConsistency), writeCL: consistency(cfg.WriteConsistency),
+		readCL: cfg.ReadConsistency.Driver(), writeCL: cfg.WriteConsistency.Driver(),
 		queue: make(chan item, o.queueSize), flushReq: make(chan chan struct{}),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	cl := gocql.NewCluster(cfg.ContactPoints...)
-	cl.Keyspace = cfg.Keyspace
-	cl.Consistency = x.writeCL
-	cl.Timeout = orDefault(cfg.RequestTimeout, def.RequestTimeout)
-	cl.WriteTimeout = cl.Timeout
-	cl.ConnectTimeout = orDefault(cfg.ConnectTimeout, def.ConnectTimeout)
+	// The event store's connection settings; the pool, the statement
+	// counter and the driver's log are the index's own.
 	cl.NumConns = 1
 	cl.DefaultTimestamp = false // every write names its timestamp
-	cl.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(
-		gocql.DCAwareRoundRobinPolicy(cfg.LocalDatacenter), gocql.DoNotShuffleReplicas())
-	cl.RetryPolicy = &gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 50 * time.Millisecond, Max: time.Second}
-	if cfg.Username != "" {
-		cl.Authenticator = gocql.PasswordAuthenticator{Username: cfg.Username, Password: cfg.Password}
-	}
 	cl.QueryObserver = &x.obs
 	cl.BatchObserver = &x.obs
 	cl.Logger = gocql.NewLogger(gocql.LogLevelNone)
-	session, err := createSession(ctx, cl)
+	session, err := cassandra.Connect(ctx, cl)
 	if err != nil {
 		return nil, fmt.Errorf("cassandraindex: connect to %v keyspace %s: %w", cfg.ContactPoints, cfg.Keyspace, err)
 	}
@@ -280,48 +263,10 @@ func New(ctx context.Context, cfg cassandra.Config, opts ...Option) (*Index, err
 	return x, nil
 }
 
-var keyspaceRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
-func consistency(c cassandra.Consistency) gocql.Consistency {
-	if c == cassandra.Quorum {
-		return gocql.Quorum
-	}
-	return gocql.LocalQuorum
-}
-
-// createSession connects, giving up when ctx ends first.
-func createSession(ctx context.Context, cl *gocql.ClusterConfig) (*gocql.Session, error) {
-	type result struct {
-		s   *gocql.Session
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		s, err := cl.CreateSession()
-		done <- result{s, err}
-	}()
-	select {
-	case r := <-done:
-		return r.s, r.err
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.s != nil {
-				r.s.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
-}
-
 // SchemaCQL returns the statements that create the index tables in
-// keyspace (what New runs).
+// keyspace (what New runs). They are also the definition the tables of an
+// existing keyspace are upgraded to (cassandra.AddMissingColumns): a
+// column added to them here is added to existing tables at New.
 func SchemaCQL(keyspace string) []string {
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + keyspace + `.` + TableByBucket + ` (
@@ -351,13 +296,17 @@ func SchemaCQL(keyspace string) []string {
 }
 
 func (x *Index) createTables(ctx context.Context) error {
-	for _, stmt := range SchemaCQL(x.ks) {
+	stmts := SchemaCQL(x.ks)
+	for _, stmt := range stmts {
 		if err := x.session.Query(stmt).ExecContext(ctx); err != nil {
 			return fmt.Errorf("cassandraindex: create table: %w", err)
 		}
 		if err := x.session.AwaitSchemaAgreement(ctx); err != nil {
 			return fmt.Errorf("cassandraindex: await schema agreement: %w", err)
 		}
+	}
+	if _, err := cassandra.AddMissingColumns(ctx, x.session, stmts); err != nil {
+		return fmt.Errorf("cassandraindex: %w", err)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package cassandraindex_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,5 +191,95 @@ func TestCloseFlushes(t *testing.T) {
 	}
 	if len(p.Entries) != 1 || p.Entries[0].TxID != id {
 		t.Fatalf("after Close: %+v", p.Entries)
+	}
+}
+
+// TestUpgradeAddsMissingColumns: index tables that lack columns of
+// SchemaCQL (created by an older definition) get them at New, and the
+// index writes and lists through them; a column of another type fails New
+// with the table, the column and both types.
+func TestUpgradeAddsMissingColumns(t *testing.T) {
+	hosts, ks := testenv.CassandraKeyspace(t)
+	cfg := cassandra.Config{ContactPoints: hosts, Keyspace: ks}
+	cl, err := cfg.ClusterConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := cassandra.Connect(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	for _, stmt := range []string{
+		"CREATE TABLE " + ks + "." + cassandraindex.TableByBucket + ` (region text, cluster text, service_name text, domain text, bucket timestamp,
+		  transaction_id text, running_status text, span int, kind text, updated_at timestamp,
+		  PRIMARY KEY ((region, cluster, service_name, domain, bucket), transaction_id)) WITH CLUSTERING ORDER BY (transaction_id DESC)`,
+		"CREATE TABLE " + ks + "." + cassandraindex.TableDomains + ` (region text, cluster text, service_name text, domain text,
+		  PRIMARY KEY ((region, cluster, service_name), domain))`,
+	} {
+		if err := admin.Query(stmt).ExecContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending, err := cassandra.MissingColumnsCQL(ctx, admin, cassandraindex.SchemaCQL(ks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"ALTER TABLE " + ks + ".es_transactions_by_bucket ADD endpoint text",
+		"ALTER TABLE " + ks + ".es_transactions_by_bucket ADD error text",
+		"ALTER TABLE " + ks + ".es_transaction_domains ADD seen_at timestamp",
+	}
+	if !slices.Equal(pending, want) {
+		t.Fatalf("pending %q, want %q", pending, want)
+	}
+
+	idx, err := cassandraindex.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = idx.Close() })
+	if pending, err := cassandra.MissingColumnsCQL(ctx, admin, cassandraindex.SchemaCQL(ks)); err != nil || len(pending) > 0 {
+		t.Fatalf("after New: pending %q, %v", pending, err)
+	}
+	scope := eventstore.Scope{Region: "eu", Cluster: "c1", Service: "orders"}
+	id := indextest.ID(t, indextest.Base)
+	idx.Observe(scope, tracewindow.Entry{TxID: id, Domain: "order", State: eventstore.StateFailed, Endpoint: "charge", Error: "declined", UpdatedAt: indextest.Base})
+	flush(t, idx)
+	p, err := idx.Recent(ctx, tracewindow.Query{Scope: scope, Domain: "order", From: indextest.Base, To: indextest.Base, Limit: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Entries) != 1 || p.Entries[0].Endpoint != "charge" || p.Entries[0].Error != "declined" {
+		t.Fatalf("listed %+v", p.Entries)
+	}
+
+	if err := admin.Query("DROP TABLE " + ks + "." + cassandraindex.TableDomains).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Query("CREATE TABLE " + ks + "." + cassandraindex.TableDomains + " (region text, cluster text, service_name text, domain text, seen_at text, PRIMARY KEY ((region, cluster, service_name), domain))").ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := cassandraindex.New(ctx, cfg)
+	if err == nil {
+		_ = bad.Close()
+		t.Fatal("New accepted seen_at text")
+	}
+	var cte *cassandra.ColumnTypeError
+	if !errors.As(err, &cte) || !strings.Contains(err.Error(), "table "+ks+".es_transaction_domains: column seen_at has type text, want timestamp") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// TestInvalidConfig: the index connects with the event store's settings,
+// validated the same way: a bad one fails New, naming its key, before
+// connecting.
+func TestInvalidConfig(t *testing.T) {
+	_, err := cassandraindex.New(t.Context(), cassandra.Config{ContactPoints: []string{"127.0.0.1:1"}, ReadConsistency: "ONE", Keyspace: "Bad-Keyspace"})
+	if !errors.Is(err, cassandra.ErrInvalidConfig) || !strings.Contains(err.Error(), "stacksaga.cassandra.read-consistency-level") ||
+		!strings.Contains(err.Error(), "stacksaga.cassandra.keyspace") {
+		t.Fatalf("err %v", err)
 	}
 }
