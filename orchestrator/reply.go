@@ -19,20 +19,9 @@ import (
 // the two redelivers the same reply, which then finds the saga unchanged and
 // publishes the same command again (the worker's guard drops the duplicate).
 func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error {
-	env, err := topics.Decode(r.Value)
-	if err != nil {
-		return o.deadLetter(ctx, r, dlUndecodable, err.Error())
-	}
-	switch {
-	case env.Type != topics.TypeReply:
-		return o.deadLetter(ctx, r, dlNotReply, "orchestrator: not a reply: "+string(env.Type))
-	case env.Domain != o.domain.Name:
-		return o.deadLetter(ctx, r, dlWrongDomain, fmt.Sprintf("orchestrator: reply for domain %q on the callback topic of %q", env.Domain, o.domain.Name))
-	case env.Region != o.scope.Region || env.Cluster != o.scope.Cluster || env.Service != o.scope.Service:
-		// Another deployment of the domain (region, virtual cluster or
-		// service) shares the callback topic; its own group handles it.
-		o.stats.foreign.Add(1)
-		return nil
+	env, err := o.decodeReply(ctx, r, o.deadLetter)
+	if env == nil {
+		return err
 	}
 	l := o.lock(env.TxID)
 	l.Lock()
@@ -54,17 +43,46 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 			return nil
 		}
 	}
+	return o.applyReply(ctx, r, &tx, env)
+}
+
+// decodeReply decodes r and checks that it is a reply of this deployment's
+// domain. It returns nil and what to return for r when it is not: nil for
+// another deployment's reply (its own group handles it), or the result of
+// reject (dead-lettering r with a reason code and a reason).
+func (o *Orchestrator[T]) decodeReply(ctx context.Context, r *kgo.Record, reject func(ctx context.Context, r *kgo.Record, code, reason string) error) (*topics.Envelope, error) {
+	env, err := topics.Decode(r.Value)
+	if err != nil {
+		return nil, reject(ctx, r, dlUndecodable, err.Error())
+	}
+	switch {
+	case env.Type != topics.TypeReply:
+		return nil, reject(ctx, r, dlNotReply, "orchestrator: not a reply: "+string(env.Type))
+	case env.Domain != o.domain.Name:
+		return nil, reject(ctx, r, dlWrongDomain, fmt.Sprintf("orchestrator: reply for domain %q on the callback topic of %q", env.Domain, o.domain.Name))
+	case env.Region != o.scope.Region || env.Cluster != o.scope.Cluster || env.Service != o.scope.Service:
+		// Another deployment of the domain (region, virtual cluster or
+		// service) shares the callback topic; its own group handles it.
+		o.stats.foreign.Add(1)
+		return nil, nil
+	}
+	return env, nil
+}
+
+// applyReply applies the reply env, read from r, to tx, which expects it:
+// counted, timed and traced when telemetry is on.
+func (o *Orchestrator[T]) applyReply(ctx context.Context, r *kgo.Record, tx *eventstore.Transaction, env *topics.Envelope) error {
 	o.stats.replies.Add(1)
 	if o.tel.stepDur != nil {
-		o.recordStep(ctx, &tx, env, o.cfg.now())
+		o.recordStep(ctx, tx, env, o.cfg.now())
 	}
 	if o.tel.tracer == nil {
-		return o.apply(ctx, &tx, env)
+		return o.apply(ctx, tx, env)
 	}
-	ref := refOf(&tx, env)
-	ctx, span := o.replySpan(ctx, env, &tx)
-	err = o.apply(ctx, &tx, env)
-	endReply(span, r.Topic, ref, &tx, err)
+	ref := refOf(tx, env)
+	ctx, span := o.replySpan(ctx, env, tx)
+	err := o.apply(ctx, tx, env)
+	endReply(span, r.Topic, ref, tx, err)
 	return err
 }
 

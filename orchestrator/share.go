@@ -105,18 +105,9 @@ func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) 
 
 // handleShared applies one reply of a share group (see "Share groups").
 func (o *Orchestrator[T]) handleShared(ctx context.Context, r *kgo.Record) error {
-	env, err := topics.Decode(r.Value)
-	if err != nil {
-		return o.rejectRecord(ctx, r, dlUndecodable, err.Error())
-	}
-	switch {
-	case env.Type != topics.TypeReply:
-		return o.rejectRecord(ctx, r, dlNotReply, "orchestrator: not a reply: "+string(env.Type))
-	case env.Domain != o.domain.Name:
-		return o.rejectRecord(ctx, r, dlWrongDomain, fmt.Sprintf("orchestrator: reply for domain %q on the callback topic of %q", env.Domain, o.domain.Name))
-	case env.Region != o.scope.Region || env.Cluster != o.scope.Cluster || env.Service != o.scope.Service:
-		o.stats.foreign.Add(1)
-		return nil
+	env, err := o.decodeReply(ctx, r, o.rejectRecord)
+	if env == nil {
+		return err
 	}
 	l := o.lock(env.TxID)
 	l.Lock()
@@ -153,8 +144,7 @@ func (o *Orchestrator[T]) handleShared(ctx context.Context, r *kgo.Record) error
 			// Ours (a claim of ours left by a failed attempt of this
 			// reply is ours too: the lock above keeps this process to one
 			// attempt at a time).
-			o.stats.replies.Add(1)
-			return o.apply(withPersistFirst(ctx), &tx, env)
+			return o.applyReply(withPersistFirst(ctx), r, &tx, env)
 		}
 		if !time.Now().Add(claimPoll).Before(deadline) {
 			return fmt.Errorf("%w (%s, claim owner %s, %v left)", errClaimBusy, env.TxID, existing.Owner, existing.TTL)
