@@ -62,6 +62,8 @@ type options struct {
 	// telemetry is the sampled fraction of sagas for the telemetry
 	// runs; negative: no telemetry runs.
 	telemetry float64
+	// telemetryRounds is how many with/without pairs measure it.
+	telemetryRounds int
 }
 
 func main() {
@@ -84,6 +86,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
 	fs.Float64Var(&o.telemetry, "telemetry", -1, "also run each cell's framework with OpenTelemetry on (metrics, and traces of this fraction of the sagas: 1 traces all, 0 metrics only) and report what it costs")
+	fs.IntVar(&o.telemetryRounds, "telemetry-rounds", 3, "with --telemetry, alternate runs without and with telemetry this many times and report the median round's cost")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -97,6 +100,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if o.telemetryRounds < 1 {
+		errs = append(errs, errors.New("--telemetry-rounds must be at least 1"))
 	}
 	if o.telemetry > 1 {
 		errs = append(errs, errors.New("--telemetry must be a fraction from 0 to 1 (negative: off)"))

@@ -46,9 +46,11 @@ type cellResult struct {
 	// Ratio is framework/floor throughput.
 	Ratio float64 `json:"framework_over_floor,omitempty"`
 	// Telemetry is the framework's measure with OpenTelemetry on
-	// (--telemetry), TelemetryCost the fraction of throughput it cost.
-	Telemetry     *measure `json:"framework_with_telemetry,omitempty"`
-	TelemetryCost float64  `json:"telemetry_cost,omitempty"`
+	// (--telemetry) in the median round, TelemetryCost the fraction of
+	// throughput it cost there, TelemetryCosts every round's, sorted.
+	Telemetry      *measure  `json:"framework_with_telemetry,omitempty"`
+	TelemetryCost  float64   `json:"telemetry_cost,omitempty"`
+	TelemetryCosts []float64 `json:"telemetry_cost_rounds,omitempty"`
 	// Load is the load average when the cell ended.
 	Load    [3]float64 `json:"load"`
 	Skipped string     `json:"skipped,omitempty"`
@@ -171,8 +173,12 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	for _, c := range r.Cells {
 		if t := c.Telemetry; t != nil {
-			fmt.Fprintf(w, "%s with telemetry: %s sagas/s (without: %s), %s cpu-ms/saga (without: %s), p50 %s ms: costs %s%% of the throughput\n",
-				c.Cell, num(t.Rate, 1), num(c.Framework.Rate, 1), num(t.CPUPerSaga, 2), num(c.Framework.CPUPerSaga, 2), num(t.P50, 1), num(100*c.TelemetryCost, 1))
+			rounds := make([]string, len(c.TelemetryCosts))
+			for i, v := range c.TelemetryCosts {
+				rounds[i] = num(100*v, 1) + "%"
+			}
+			fmt.Fprintf(w, "%s with telemetry: %s sagas/s (first run without: %s), %s cpu-ms/saga (without: %s), p50 %s ms: costs %s%% of the throughput (median of rounds %s)\n",
+				c.Cell, num(t.Rate, 1), num(c.Framework.Rate, 1), num(t.CPUPerSaga, 2), num(c.Framework.CPUPerSaga, 2), num(t.P50, 1), num(100*c.TelemetryCost, 1), strings.Join(rounds, " "))
 		}
 	}
 	if len(r.Targets) > 0 {

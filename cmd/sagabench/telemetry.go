@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sort"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -12,6 +14,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/examples/placeorder"
 	"github.com/stacksaga-go/stacksaga/telemetry/promexport"
 )
 
@@ -74,6 +79,60 @@ type discardSpans struct{}
 
 func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardSpans) Shutdown(context.Context) error                             { return nil }
+
+// measureTelemetry runs spec's framework with telemetry on, alternating
+// with runs without it (the first of which is plain, already measured)
+// for o.telemetryRounds rounds, each on fresh topics, and sets res's
+// telemetry figures: the median round's cost and its measure. Alternating
+// and taking the median keeps a noisy machine's drift out of the ratio.
+func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix string, brokers []string, store eventstore.Store, cass *cassandra.Store,
+	logger *slog.Logger, plain measure, res *cellResult, progress func(string, ...any)) error {
+	type round struct {
+		cost float64
+		tel  measure
+	}
+	var rounds []round
+	for i := range o.telemetryRounds {
+		if i > 0 {
+			names := placeorder.DefaultNames().WithSuffix(fmt.Sprintf("%s-plain%d", suffix, i))
+			if spec.RealKafka {
+				defer deleteTopics(brokers, frameworkTopics(names))
+			}
+			fw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: names, logger: logger}
+			m, _, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
+			if err != nil {
+				return fmt.Errorf("framework (telemetry round %d, without): %w", i+1, err)
+			}
+			plain = notUsed(spec, m)
+		}
+		tel, err := newBenchTelemetry(o.telemetry)
+		if err != nil {
+			return err
+		}
+		names := placeorder.DefaultNames().WithSuffix(fmt.Sprintf("%s-tel%d", suffix, i))
+		if spec.RealKafka {
+			defer deleteTopics(brokers, frameworkTopics(names))
+		}
+		fw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: names, logger: logger, tel: tel}
+		tm, _, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
+		_ = tel.close()
+		if err != nil {
+			return fmt.Errorf("framework with telemetry (round %d): %w", i+1, err)
+		}
+		tm = notUsed(spec, tm)
+		r := round{cost: telemetryCost(plain, tm), tel: tm}
+		rounds = append(rounds, r)
+		progress("%s: telemetry round %d: %.1f sagas/s without, %.1f with (trace ratio %g): costs %.1f%%",
+			spec.Name, i+1, plain.Rate, tm.Rate, o.telemetry, 100*r.cost)
+	}
+	sort.Slice(rounds, func(a, b int) bool { return rounds[a].cost < rounds[b].cost })
+	med := rounds[len(rounds)/2]
+	res.Telemetry, res.TelemetryCost = &med.tel, med.cost
+	for _, r := range rounds {
+		res.TelemetryCosts = append(res.TelemetryCosts, r.cost)
+	}
+	return nil
+}
 
 // telemetryCost is 1 - (sagas/s with telemetry)/(sagas/s without).
 func telemetryCost(plain, tel measure) float64 {
