@@ -55,9 +55,17 @@
 // sequential duplicates are skipped, two concurrent deliveries may both
 // run (for steps that are idempotent by nature).
 //
-// Outcomes: ok and non-retryable replies are committed. A retryable reply
-// is not (a STRICT lease is deleted instead): the step is re-driven later
-// and must run again. A recorded reply is re-sent addressed to the
+// Outcomes: every reply is committed, ok, non-retryable and retryable
+// alike, under the attempt that produced it. A duplicate of that attempt
+// re-sends the recorded retryable reply without running the step; the
+// orchestrator's next attempt (a higher topics.Envelope.Attempt: the saga
+// re-driven) supersedes the record and runs the step (Stats.Superseded).
+// So does the next attempt of a step whose record paused its saga (the
+// step invoked again after the pause's deadline). STRICT removes the
+// superseded record with a conditional delete (DELETE ... IF state = ? AND
+// owner = ?) before taking the lease, so that of two deliveries of the next
+// attempt only one runs it; RELAXED_WITH_DEDUP runs the step and writes
+// over the record. A recorded reply is re-sent addressed to the
 // current command (its attempt and trace), so a re-driven command's reply
 // is not taken for a stale one. A recorded reply that cannot be decoded
 // means the step ran and what it replied is lost: the duplicate gets a
@@ -126,7 +134,11 @@
 // As dtm's sub-transaction barrier does: a compensation first looks at the
 // marker of the action it compensates. Committed: the compensation runs,
 // guarded like any step. A live lease on the action (STRICT: it is
-// running) is waited for.
+// running) is waited for. Committed with a retryable outcome (the action's
+// last attempt failed, transiently): the action did not complete, so
+// without ActionDone it counts as absent (below) and the record is
+// removed, conditionally, to record the null compensation in its place;
+// with ActionDone the compensation runs.
 //
 // Absent, and the command carries topics.Envelope.ActionDone (the
 // orchestrator holds the action's ok reply, or a failure that says the
@@ -237,11 +249,15 @@
 //	compensation, duplicate           read + LWT          read + read
 //	null compensation                 read + LWT          read + LWT
 //	hanging action                    LWT                 read
-//	retryable outcome                 LWT + LWT           read
+//	retryable outcome                 LWT + LWT           read + write
+//	retryable outcome, duplicate      LWT                 read
+//	retryable outcome, next attempt   4 LWTs              read + write
 //	late duplicate (markers kept)     LWT                 read
 //
-// The second STRICT LWT is the conditional commit (above), or for a
-// retryable outcome the conditional delete of the lease.
+// The second STRICT LWT is the conditional commit (above). The next
+// attempt after a recorded retryable outcome (or pause) finds the record
+// with its lease's insert, removes it conditionally, inserts its lease
+// and commits.
 //
 // With WithTerminalFence, every executed step (and null compensation)
 // reads the saga's state once more:
@@ -254,7 +270,9 @@
 //	compensation, duplicate           read + LWT                 read + read
 //	null compensation                 read + LWT + read          read + LWT + read
 //	hanging action                    LWT                        read
-//	retryable outcome                 LWT + read + LWT           read + read
+//	retryable outcome                 LWT + read + LWT           read + read + write
+//	retryable outcome, duplicate      LWT                        read
+//	retryable outcome, next attempt   4 LWTs + read              read + read + write
 //	late duplicate (markers kept)     LWT                        read
 //	late duplicate after cleanup      LWT + read + delete        read + read
 //
@@ -262,8 +280,5 @@
 // and in STRICT mode one more LWT once the lease is gone. A STRICT commit
 // that finds its lease expired (nobody took the step over) adds the LWT
 // that inserts it; a lease taken too late costs a read and a delete to
-// release it. A later attempt of a step whose recorded attempt paused the
-// saga removes that record first: STRICT with a conditional delete (an
-// LWT; of two deliveries of the attempt only one removes it), RELAXED
-// writes over it.
+// release it.
 package writeprotect

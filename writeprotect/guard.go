@@ -250,7 +250,18 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 		}
 		switch m.State {
 		case eventstore.MarkerCommitted:
-			return nil, false, nil
+			if rep, err := topics.Decode(m.Reply); err != nil || rep.Outcome != topics.OutcomeRetryable || x.cmd.ActionDone {
+				return nil, false, nil
+			}
+			// The action's last attempt failed retryably: it did not
+			// complete, and the record is for its duplicates only. As if
+			// there were no marker (the command does not say the action
+			// ran), the compensation is null: the record is removed,
+			// unless an attempt of the action replaced it meanwhile, and
+			// COMPENSATED_EMPTY inserted in its place.
+			if _, _, err := x.g.store.DeleteMarkerIf(ctx, pk, m.State, m.Owner); err != nil {
+				return nil, true, x.fail("remove the retryable record of the action", err)
+			}
 		case eventstore.MarkerCompensatedEmpty:
 			if x.cmd.ActionDone {
 				// An earlier compensation of this span, sent before the
@@ -422,9 +433,10 @@ func (x *execution) existing(ctx context.Context, m eventstore.Marker, w *waiter
 		if !x.supersedes(rep) {
 			return x.recorded(ctx, rep), done, nil
 		}
-		// The recorded attempt paused its saga, and this is a later
-		// attempt (the step invoked again after the pause's deadline): it
-		// must run, not replay the record. RELAXED writes over it. STRICT removes it, on condition
+		// The recorded attempt failed retryably or paused its saga, and
+		// this is a later attempt (the saga re-driven, or the step invoked
+		// again after the pause's deadline): it must run, not replay the
+		// record. RELAXED writes over it. STRICT removes it, on condition
 		// that it is still that record: of two deliveries of this attempt
 		// only one removes it, the other then finds its lease.
 		if x.policy.Mode != Strict {
@@ -504,15 +516,16 @@ func (x *execution) drop(ctx context.Context, own *eventstore.MarkerKey) {
 	}
 }
 
-// settle records the outcome of a run. A retryable outcome (or no reply)
-// is not recorded, so the re-driven step runs again; a STRICT lease is
-// deleted for it. Any other outcome is committed with the encoded reply,
-// for the retention (Config.MarkerRetention), and duplicates get it
-// instead of running. A STRICT execution commits its lease with one
-// conditional LWT (see commit); RELAXED writes the marker. The writes are
-// not bound by ctx: the step ran, its outcome must be recorded.
+// settle records the outcome of a run with the encoded reply, for the
+// retention (Config.MarkerRetention): duplicates of the same attempt get
+// it instead of running. A retryable outcome is recorded too; the next
+// attempt of the step supersedes it (see existing). No reply records
+// nothing (a STRICT lease is deleted). A STRICT execution commits its
+// lease with one conditional LWT (see commit); RELAXED writes the marker.
+// The writes are not bound by ctx: the step ran, its outcome must be
+// recorded.
 func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner string, reply *topics.Envelope, leased bool) *topics.Envelope {
-	if reply == nil || reply.Outcome == topics.OutcomeRetryable {
+	if reply == nil {
 		x.g.stats.released.Add(1)
 		if leased {
 			x.unlease(ctx, key, owner)
@@ -536,10 +549,14 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 	} else {
 		err = x.put(cctx, m)
 	}
-	if err != nil && !errors.Is(err, errLost) {
+	switch {
+	case errors.Is(err, errLost):
+	case err != nil:
 		x.g.stats.commitFailures.Add(1)
 		x.g.log.ErrorContext(ctx, "writeprotect: step ran but its marker could not be committed; a redelivery may run it again",
 			x.logArgs("err", err)...)
+	case reply.Outcome == topics.OutcomeRetryable:
+		x.g.stats.retryables.Add(1)
 	}
 	return reply
 }
@@ -644,10 +661,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // supersedes reports whether the command is a later attempt of a step
-// whose recorded attempt paused the saga (the step is invoked again after
-// the pause's deadline).
+// whose recorded attempt failed retryably (the saga was re-driven) or
+// paused the saga (the step is invoked again after the pause's deadline).
 func (x *execution) supersedes(rep *topics.Envelope) bool {
-	return x.cmd.Attempt > 1 && rep.Pause != nil && rep.Attempt < x.cmd.Attempt
+	return x.cmd.Attempt > 1 && (rep.Outcome == topics.OutcomeRetryable || rep.Pause != nil) && rep.Attempt < x.cmd.Attempt
 }
 
 // recorded returns rep, the reply recorded in a committed marker,

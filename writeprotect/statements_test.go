@@ -117,6 +117,15 @@ var (
 	runRetryable = func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
 		run(t, g, s, tx, topics.KindProcess, topics.OutcomeRetryable)
 	}
+	setupRetryable = func(t *testing.T, _ *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+		run(t, g, s, tx, topics.KindProcess, topics.OutcomeRetryable)
+	}
+	// runNextAttempt runs attempt 2 of the action, which succeeds.
+	runNextAttempt = func(t *testing.T, g *writeprotect.Guard, s eventstore.Scope, tx string) {
+		cmd := command(s, tx, 1, topics.KindProcess)
+		cmd.Attempt = 2
+		runCmd(t, g, cmd, "")
+	}
 	// setupEnded runs the action and ends its saga (COMPLETED); the
 	// markers are kept, as the orchestrator does by default.
 	setupEnded = func(t *testing.T, b *backend, g *writeprotect.Guard, s eventstore.Scope, tx string) {
@@ -166,7 +175,11 @@ var statementCases = []statementCase{
 		measure: runAction,
 		strict:  stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
 	{name: "retryable outcome", measure: runRetryable,
-		strict: stmts{LWTs: 2}, relaxed: stmts{Reads: 1}},
+		strict: stmts{LWTs: 2}, relaxed: stmts{Reads: 1, Writes: 1}},
+	{name: "retryable outcome, duplicate", setup: setupRetryable, measure: runRetryable,
+		strict: stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
+	{name: "retryable outcome, next attempt", setup: setupRetryable, measure: runNextAttempt,
+		strict: stmts{LWTs: 4}, relaxed: stmts{Reads: 1, Writes: 1}},
 	{name: "late duplicate (markers kept)", setup: setupEnded, measure: runAction,
 		strict: stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
 }
@@ -205,7 +218,11 @@ var fencedStatementCases = []statementCase{
 		measure: runAction,
 		strict:  stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
 	{name: "retryable outcome", measure: runRetryable,
-		strict: stmts{Reads: 1, LWTs: 2}, relaxed: stmts{Reads: 2}},
+		strict: stmts{Reads: 1, LWTs: 2}, relaxed: stmts{Reads: 2, Writes: 1}},
+	{name: "retryable outcome, duplicate", setup: setupRetryable, measure: runRetryable,
+		strict: stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
+	{name: "retryable outcome, next attempt", setup: setupRetryable, measure: runNextAttempt,
+		strict: stmts{Reads: 1, LWTs: 4}, relaxed: stmts{Reads: 2, Writes: 1}},
 	{name: "late duplicate (markers kept)", setup: setupEnded, measure: runAction,
 		strict: stmts{LWTs: 1}, relaxed: stmts{Reads: 1}},
 	{name: "late duplicate after cleanup (fenced)", setup: setupCleanedUp, measure: runAction,

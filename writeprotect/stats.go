@@ -28,11 +28,15 @@ type Stats struct {
 	// already terminal (nothing run, nothing sent).
 	TerminalFenced uint64
 	// Released counts executions whose marker was removed instead of
-	// committed: a retryable outcome (the step will be re-driven) or no
-	// reply at all.
+	// committed: those that produced no reply at all.
 	Released uint64
-	// Superseded counts recorded outcomes of an attempt (a pause) that a
-	// later attempt of the step replaced: the later attempt ran the step.
+	// RetryablesRecorded counts retryable outcomes recorded: a duplicate
+	// of the same attempt re-sends the recorded reply without running the
+	// step; the next attempt runs it (see Superseded).
+	RetryablesRecorded uint64
+	// Superseded counts recorded outcomes of an attempt (a retryable
+	// failure, or a pause) that a later attempt of the step replaced: the
+	// later attempt ran the step.
 	Superseded uint64
 	// LeaseOverruns counts STRICT executions that ran longer than their
 	// lease is certain to last (the lease less a second lost to
@@ -79,6 +83,7 @@ func (s Stats) Add(o Stats) Stats {
 		HangingRefusals:      s.HangingRefusals + o.HangingRefusals,
 		TerminalFenced:       s.TerminalFenced + o.TerminalFenced,
 		Released:             s.Released + o.Released,
+		RetryablesRecorded:   s.RetryablesRecorded + o.RetryablesRecorded,
 		Superseded:           s.Superseded + o.Superseded,
 		LeaseOverruns:        s.LeaseOverruns + o.LeaseOverruns,
 		CommitFailures:       s.CommitFailures + o.CommitFailures,
@@ -92,7 +97,7 @@ func (s Stats) Add(o Stats) Stats {
 type counters struct {
 	executions, duplicates, leaseWaits, leaseHeld, nullComps, hanging,
 	fenced, released, overruns, commitFailures, lateLeases, lostLeases,
-	missingActions, shadowedCommits, superseded atomic.Uint64
+	missingActions, shadowedCommits, retryables, superseded atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -105,6 +110,7 @@ func (c *counters) snapshot() Stats {
 		HangingRefusals:      c.hanging.Load(),
 		TerminalFenced:       c.fenced.Load(),
 		Released:             c.released.Load(),
+		RetryablesRecorded:   c.retryables.Load(),
 		Superseded:           c.superseded.Load(),
 		LeaseOverruns:        c.overruns.Load(),
 		CommitFailures:       c.commitFailures.Load(),
