@@ -136,6 +136,15 @@ type Transaction struct {
 	PausedUntil time.Time
 	// PauseEvent names what a PAUSED saga waits for.
 	PauseEvent string
+	// TraceID is the W3C trace id (32 lowercase hex digits) of the saga's
+	// trace, set at start when the orchestrator traces and the trace is
+	// sampled; empty otherwise. The Trace Window links it to the tracing UI.
+	TraceID string
+	// TraceParent is the W3C traceparent of the span that started the saga
+	// (empty when the orchestrator did not trace): the spans of re-drives,
+	// restores, resumes and pause deadlines, which no message carries a
+	// trace context to, continue the saga's trace from it.
+	TraceParent string
 	// LifetimeStart is when the saga's transaction lifetime started
 	// counting: zero means CreatedAt; an admin's restore of a DISABLED
 	// saga sets it to the time of the restore (see Lifetime).

@@ -123,6 +123,9 @@ type Saga[T any] struct {
 	// zero without a deadline).
 	PauseEvent  string
 	PausedUntil time.Time
+	// TraceID is the W3C trace id of the saga's trace (empty unless the
+	// orchestrator traces, see WithTracerProvider, and sampled it).
+	TraceID string
 	// Resume is the context the saga was resumed with, when the decision
 	// follows a resume (nil otherwise).
 	Resume    map[string]string

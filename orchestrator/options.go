@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/recovery"
@@ -46,6 +48,9 @@ type config struct {
 
 	stateCacheSize int
 	markerCleanup  bool
+
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
 }
 
 func defaultConfig() config {

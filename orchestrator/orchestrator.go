@@ -24,11 +24,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
 	"github.com/stacksaga-go/stacksaga/recovery"
+	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -74,6 +77,7 @@ type Orchestrator[T any] struct {
 
 	stats counters
 	cache stateCache
+	tel   otelState
 
 	// rec registers watchdogs and retries (nil: WithoutRecovery); engine
 	// is the retry node's engine (nil unless WithRetryNode); restoreAfter
@@ -178,6 +182,9 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		running: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	if err := o.initTelemetry(); err != nil {
+		return nil, err
+	}
 	// The producer is separate from the consumer that Run makes: an
 	// orchestrator that only starts sagas (or has not reached Run yet)
 	// must not join the callback topic's group and hold partitions that
@@ -186,6 +193,7 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		kgo.RecordDeliveryTimeout(cfg.deliveryTimeout),
 	)...)...)
 	if err != nil {
+		o.closeTelemetry()
 		return nil, fmt.Errorf("orchestrator: kafka client: %w", err)
 	}
 	if o.store == nil {
@@ -195,6 +203,7 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	o.cache.limit = int64(cfg.stateCacheSize)
 	o.redriver = &entryRedriver{o.redriveEntry} // a pointer: comparable in the mux
 	if err := o.initRecovery(); err != nil {
+		o.closeTelemetry()
 		o.prod.Close()
 		if o.cfg.ownStore {
 			_ = o.store.Close()
@@ -214,6 +223,9 @@ func (o *Orchestrator[T]) baseOpts(opts ...kgo.Opt) []kgo.Opt {
 		all = append(all, kgo.SeedBrokers(o.cfg.brokers...))
 	}
 	all = append(all, opts...)
+	if o.tel.kafkaOpt != nil {
+		all = append(all, o.tel.kafkaOpt)
+	}
 	return append(all, o.cfg.kafkaOpts...)
 }
 
@@ -321,7 +333,7 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 		Concurrency: o.cfg.concurrency,
 		Logger:      o.cfg.logger,
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
-			return o.deadLetter(pctx, r, "orchestrator: "+reason)
+			return o.deadLetter(pctx, r, dlGivenUp, "orchestrator: "+reason)
 		},
 	})
 	if ctx.Err() != nil {
@@ -353,6 +365,7 @@ func (o *Orchestrator[T]) releaseAll() {
 		o.closed = true
 		o.mu.Unlock()
 		muxFor(o.scope).unregister(o.domain.Name, o.redriver)
+		o.closeTelemetry()
 		o.prod.Close()
 		if o.cfg.ownStore {
 			_ = o.store.Close()
@@ -421,6 +434,21 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 // ErrNoCallbackTopic otherwise), so that a worker's reply always has
 // somewhere to go. Replies are applied once Run is consuming.
 func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
+	if o.tel.tracer == nil {
+		return o.start(ctx, entity, nil)
+	}
+	ctx, span := o.startSpan(ctx, "start", trace.SpanKindProducer)
+	txID, err := o.start(ctx, entity, span)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return txID, err
+}
+
+// start is Start; span is Start's span when tracing is on (nil otherwise).
+func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) (string, error) {
 	if o.isClosed() {
 		return "", ErrClosed
 	}
@@ -452,6 +480,16 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 		tx.State = eventstore.StateCompleted
 	default:
 		tx.State, tx.Error = eventstore.StateCompensated, d.reason
+	}
+	if span != nil {
+		sc := span.SpanContext()
+		tx.TraceParent = telemetry.TraceParent(sc)
+		if sc.IsSampled() {
+			tx.TraceID = sc.TraceID().String()
+		}
+		if span.IsRecording() {
+			span.SetAttributes(telemetry.AttrDomain.String(o.domain.Name), telemetry.AttrTxID.String(txID), telemetry.AttrSagaState.String(string(tx.State)))
+		}
 	}
 	if d.kind == decideSend && o.rec != nil {
 		// The watchdog exists before the saga can be stranded: if this
@@ -543,11 +581,13 @@ func (o *Orchestrator[T]) Redrive(ctx context.Context, txID string) error {
 	if err != nil {
 		return err
 	}
+	ctx, span := o.sagaSpan(ctx, "redrive", &tx)
 	service, endpoint := parseQualified(tx.Endpoint)
-	if err := o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}); err != nil {
-		return o.parkUnsent(ctx, &tx, err)
+	if err = o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}); err != nil {
+		err = o.parkUnsent(ctx, &tx, err)
 	}
-	return nil
+	endSpan(span, &tx, err)
+	return err
 }
 
 // Restore re-sends the command a saga in flight is waiting for (its
@@ -571,11 +611,15 @@ func (o *Orchestrator[T]) Restore(ctx context.Context, txID string) error {
 	case !awaitsReply(tx.State):
 		return fmt.Errorf("%w: %s is %s", ErrNotInFlight, txID, tx.State)
 	}
+	ctx, span := o.sagaSpan(ctx, "restore", &tx)
 	service, endpoint := parseQualified(tx.Endpoint)
 	if err := o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}); err != nil {
-		return fmt.Errorf("orchestrator: restore %s: %w", txID, err)
+		err = fmt.Errorf("orchestrator: restore %s: %w", txID, err)
+		endSpan(span, &tx, err)
+		return err
 	}
 	o.stats.restored.Add(1)
+	endSpan(span, &tx, nil)
 	return nil
 }
 
@@ -627,6 +671,9 @@ func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transactio
 		// Only completed spans are compensated (sendRevert checks it).
 		env.ActionDone = true
 	}
+	if o.tel.tracer != nil {
+		tracePublish(ctx, &env)
+	}
 	b, err := topics.Encode(&env)
 	if err != nil {
 		return err
@@ -664,7 +711,7 @@ func (o *Orchestrator[T]) view(tx *eventstore.Transaction, last *StepResult) (*S
 	s := &Saga[T]{
 		TxID: tx.TxID, Domain: tx.Domain, State: tx.State, Span: tx.Span, Kind: tx.Kind,
 		Attempt: tx.Attempt, Last: last, Hints: tx.Hints, Error: tx.Error,
-		PauseEvent: tx.PauseEvent, PausedUntil: tx.PausedUntil,
+		PauseEvent: tx.PauseEvent, PausedUntil: tx.PausedUntil, TraceID: tx.TraceID,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt,
 	}
 	s.Step.Service, s.Step.Endpoint = parseQualified(tx.Endpoint)

@@ -194,7 +194,7 @@ func (o *Orchestrator[T]) resumedBefore(ctx context.Context, txID string, span i
 // continuePaused continues a pause that a resume claimed: forward, OnNext
 // decides the next step; in compensation, OnNextRevert the next
 // compensation. It does nothing if the saga has moved on.
-func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span int, kind string, attempt int, rc map[string]string) error {
+func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span int, kind string, attempt int, rc map[string]string) (err error) {
 	l := o.lock(txID)
 	l.Lock()
 	defer l.Unlock()
@@ -205,6 +205,8 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 	if tx.State != eventstore.StatePaused || tx.Span != span || tx.Kind != kind || tx.Attempt != attempt {
 		return nil // continued already
 	}
+	ctx, tspan := o.sagaSpan(ctx, "resume", &tx)
+	defer func() { endSpan(tspan, &tx, err) }()
 	b, err := eventstore.EncodeResumeContext(rc)
 	if err != nil {
 		return fmt.Errorf("orchestrator: resume %s: %w", txID, err)
@@ -265,7 +267,7 @@ func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Trans
 // reinvoke sends the paused step again, with the next attempt, against the
 // entity snapshot taken before it: whatever the paused attempt changed is
 // discarded.
-func (o *Orchestrator[T]) reinvoke(ctx context.Context, txID string, span int, kind string, attempt int) error {
+func (o *Orchestrator[T]) reinvoke(ctx context.Context, txID string, span int, kind string, attempt int) (err error) {
 	l := o.lock(txID)
 	l.Lock()
 	defer l.Unlock()
@@ -276,6 +278,8 @@ func (o *Orchestrator[T]) reinvoke(ctx context.Context, txID string, span int, k
 	if tx.State != eventstore.StatePaused || tx.Span != span || tx.Kind != kind || tx.Attempt != attempt {
 		return nil
 	}
+	ctx, tspan := o.sagaSpan(ctx, "deadline", &tx)
+	defer func() { endSpan(tspan, &tx, err) }()
 	history, err := o.store.Tryouts(ctx, o.scope, txID)
 	if err != nil {
 		return err

@@ -184,7 +184,7 @@ func (o *Orchestrator[T]) redriveEntry(ctx context.Context, e eventstore.Recover
 // parked (another node re-drove it) is not an error. A re-drive whose
 // publish fails parks the saga again with a new retry registration, which
 // counts as handled.
-func (o *Orchestrator[T]) redriveParked(ctx context.Context, txID string) error {
+func (o *Orchestrator[T]) redriveParked(ctx context.Context, txID string) (err error) {
 	tx, err := o.prepareRedrive(ctx, txID)
 	if errors.Is(err, ErrNotRetryPending) {
 		return nil
@@ -192,6 +192,8 @@ func (o *Orchestrator[T]) redriveParked(ctx context.Context, txID string) error 
 	if err != nil {
 		return err
 	}
+	ctx, span := o.sagaSpan(ctx, "redrive", &tx)
+	defer func() { endSpan(span, &tx, err) }()
 	service, endpoint := parseQualified(tx.Endpoint)
 	if err := o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}); err != nil {
 		perr := o.parkUnsent(ctx, &tx, err)
@@ -206,7 +208,7 @@ func (o *Orchestrator[T]) redriveParked(ctx context.Context, txID string) error 
 
 // disable freezes a saga that outlived its transaction lifetime as
 // DISABLED (not terminal: an admin can restore it).
-func (o *Orchestrator[T]) disable(ctx context.Context, txID string) error {
+func (o *Orchestrator[T]) disable(ctx context.Context, txID string) (err error) {
 	l := o.lock(txID)
 	l.Lock()
 	defer l.Unlock()
@@ -217,6 +219,8 @@ func (o *Orchestrator[T]) disable(ctx context.Context, txID string) error {
 	if tx.State.Terminal() || tx.State == eventstore.StateDisabled {
 		return nil
 	}
+	ctx, span := o.sagaSpan(ctx, "disable", &tx)
+	defer func() { endSpan(span, &tx, err) }()
 	from := tx.State
 	reason := fmt.Sprintf("transaction lifetime of %v exceeded (since %s) while %s", o.cfg.recovery.TransactionLifetime, tx.LifetimeFrom().Format(time.RFC3339), from)
 	if tx.Error != "" {

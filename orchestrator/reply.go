@@ -21,13 +21,13 @@ import (
 func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error {
 	env, err := topics.Decode(r.Value)
 	if err != nil {
-		return o.deadLetter(ctx, r, err.Error())
+		return o.deadLetter(ctx, r, dlUndecodable, err.Error())
 	}
 	switch {
 	case env.Type != topics.TypeReply:
-		return o.deadLetter(ctx, r, "orchestrator: not a reply: "+string(env.Type))
+		return o.deadLetter(ctx, r, dlNotReply, "orchestrator: not a reply: "+string(env.Type))
 	case env.Domain != o.domain.Name:
-		return o.deadLetter(ctx, r, fmt.Sprintf("orchestrator: reply for domain %q on the callback topic of %q", env.Domain, o.domain.Name))
+		return o.deadLetter(ctx, r, dlWrongDomain, fmt.Sprintf("orchestrator: reply for domain %q on the callback topic of %q", env.Domain, o.domain.Name))
 	case env.Region != o.scope.Region || env.Cluster != o.scope.Cluster || env.Service != o.scope.Service:
 		// Another deployment of the domain (region, virtual cluster or
 		// service) shares the callback topic; its own group handles it.
@@ -44,7 +44,7 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 		var err error
 		tx, err = o.store.LoadTransaction(ctx, o.scope, env.TxID)
 		if errors.Is(err, eventstore.ErrNotFound) {
-			return o.deadLetter(ctx, r, "orchestrator: unknown transaction "+env.TxID)
+			return o.deadLetter(ctx, r, dlUnknownTx, "orchestrator: unknown transaction "+env.TxID)
 		}
 		if err != nil {
 			return fmt.Errorf("orchestrator: load %s: %w", env.TxID, err)
@@ -55,7 +55,17 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 		}
 	}
 	o.stats.replies.Add(1)
-	return o.apply(ctx, &tx, env)
+	if o.tel.stepDur != nil {
+		o.recordStep(ctx, &tx, env, o.cfg.now())
+	}
+	if o.tel.tracer == nil {
+		return o.apply(ctx, &tx, env)
+	}
+	ref := refOf(&tx, env)
+	ctx, span := o.replySpan(ctx, env, &tx)
+	err = o.apply(ctx, &tx, env)
+	endReply(span, r.Topic, ref, &tx, err)
+	return err
 }
 
 // expects reports whether tx waits for the reply env.
@@ -74,13 +84,26 @@ func awaitsReply(s eventstore.State) bool {
 	return false
 }
 
-func (o *Orchestrator[T]) deadLetter(ctx context.Context, r *kgo.Record, reason string) error {
+// Reason codes of the orchestrator's dead letters, the
+// telemetry.AttrDeadLetterReason of the dead-letter counter.
+const (
+	dlUndecodable = "undecodable"
+	dlNotReply    = "not-a-reply"
+	dlWrongDomain = "wrong-domain"
+	dlUnknownTx   = "unknown-transaction"
+	dlGivenUp     = "given-up"
+)
+
+// deadLetter sends r to the callback topic's dead-letter topic with reason,
+// and counts it under code.
+func (o *Orchestrator[T]) deadLetter(ctx context.Context, r *kgo.Record, code, reason string) error {
 	reason, err := topics.ProduceDeadLetter(ctx, o.prod, r, reason)
 	if err != nil {
 		return fmt.Errorf("orchestrator: dead-letter: %w", err)
 	}
 	o.stats.deadLettered.Add(1)
-	o.logger().Warn("orchestrator: dead-lettered a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+	o.countDeadLetter(ctx, r, code)
+	o.logger().WarnContext(ctx, "orchestrator: dead-lettered a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
@@ -150,7 +151,9 @@ func newBrowserRig(t *testing.T) *browserRig {
 		orchestrator.Step{Service: svcPay, Endpoint: "charge"},
 		orchestrator.Step{Service: svcStock, Endpoint: "ship"},
 	)}, orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store),
-		orchestrator.WithListener(tracewindow.Listener(idx, scope)))
+		orchestrator.WithListener(tracewindow.Listener(idx, scope)),
+		// Traced (spans are dropped): the saga page links the trace.
+		orchestrator.WithTracerProvider(sdktrace.NewTracerProvider()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +162,8 @@ func newBrowserRig(t *testing.T) *browserRig {
 	}
 	runInBackground(t, "orchestrator", o.Run, o.Running())
 
-	h, err := tracewindow.New(store, scope, tracewindow.WithIndex(idx), tracewindow.WithRefresh(500*time.Millisecond))
+	h, err := tracewindow.New(store, scope, tracewindow.WithIndex(idx), tracewindow.WithRefresh(500*time.Millisecond),
+		tracewindow.WithTraceLink(traceLinkTemplate))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +393,9 @@ const lanesJS = `[...document.querySelectorAll('#timeline .tl-row')].map(r => ({
 
 var durRE = regexp.MustCompile(`^\d+(\.\d+)? (ms|s)\b|^\d+m \d\ds\b`)
 
+// traceLinkTemplate is the rig's WithTraceLink (a Jaeger trace page).
+const traceLinkTemplate = "http://jaeger.invalid:16686/trace/{trace_id}"
+
 // TestBrowserTraceWindow drives a real headless Chromium against the Trace
 // Window of an orchestrator on real Kafka and Cassandra (listing through
 // the Cassandra index): it opens the list, filters it to COMPENSATED, opens
@@ -495,6 +502,17 @@ func TestBrowserTraceWindow(t *testing.T) {
 	}
 	if e := eval[string](b, `document.getElementById('saga-error') ? document.getElementById('saga-error').textContent : ''`); !strings.Contains(e, "no courier") {
 		t.Fatalf("error payload %q", e)
+	}
+	// The saga's trace: its id, and the link to the tracing UI.
+	saga, err := r.o.Get(context.Background(), first)
+	if err != nil || len(saga.TraceID) != 32 {
+		t.Fatalf("saga %s: trace id %q, %v", first, saga.TraceID, err)
+	}
+	if shown := eval[string](b, `document.getElementById('saga-trace-id') ? document.getElementById('saga-trace-id').textContent : ''`); shown != saga.TraceID {
+		t.Fatalf("trace id shown %q, want %q", shown, saga.TraceID)
+	}
+	if href := eval[string](b, `(document.getElementById('saga-trace-link') || {}).href || ''`); href != strings.ReplaceAll(traceLinkTemplate, "{trace_id}", saga.TraceID) {
+		t.Fatalf("trace link %q, want the template with trace id %s", href, saga.TraceID)
 	}
 	b.fitsWidth("saga at 1280x800")
 	b.screenshot("saga-compensated")

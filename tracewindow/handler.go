@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -159,8 +160,26 @@ func WithHealthCache(d time.Duration) Option { return func(c *config) { c.health
 func WithRefresh(d time.Duration) Option { return func(c *config) { c.refresh = d } }
 
 // WithTraceLink sets a link template to the user's tracing UI, shown on the
-// saga page; "{tx_id}" is replaced by the transaction id.
+// saga page: "{trace_id}" is replaced by the saga's trace id (see
+// orchestrator.WithTracerProvider) and "{tx_id}" by the transaction id,
+// e.g. "http://localhost:16686/trace/{trace_id}" for Jaeger. A template with
+// {trace_id} shows no link for a saga that was not traced. Only http and
+// https links are shown.
 func WithTraceLink(template string) Option { return func(c *config) { c.traceLink = template } }
+
+// TraceURL fills a WithTraceLink template for the saga txID whose trace is
+// traceID: "" when the template is empty, needs a trace id the saga has not,
+// or is not an http(s) link.
+func TraceURL(template, txID, traceID string) string {
+	if template == "" || (traceID == "" && strings.Contains(template, "{trace_id}")) {
+		return ""
+	}
+	u := strings.NewReplacer("{trace_id}", url.PathEscape(traceID), "{tx_id}", url.PathEscape(txID)).Replace(template)
+	if l := strings.ToLower(u); !strings.HasPrefix(l, "http://") && !strings.HasPrefix(l, "https://") {
+		return ""
+	}
+	return u
+}
 
 // Handler is the Trace Window: a JSON API and a web page over one scope's
 // event store. Mount it under a prefix with http.StripPrefix:
@@ -714,6 +733,7 @@ func (h *Handler) apiSaga(w http.ResponseWriter, r *http.Request, id string) {
 		}
 	}
 	d := buildDetail(&tx, tryouts, frozen, h.cfg.now())
+	d.Saga.TraceURL = TraceURL(h.cfg.traceLink, tx.TxID, tx.TraceID)
 	d.Actions = h.actionsFor(&tx)
 	writeJSON(w, http.StatusOK, d)
 }

@@ -886,3 +886,45 @@ func TestPageIsServed(t *testing.T) {
 		t.Fatalf("API under the prefix: %d", code)
 	}
 }
+
+// A traced saga shows its trace id, and the WithTraceLink template becomes
+// its link with {trace_id} and {tx_id} filled in; a saga without a trace id
+// gets no link from a template that needs one.
+func TestAPISagaTraceLink(t *testing.T) {
+	f := newFixture(t, tracewindow.WithTraceLink("http://127.0.0.1:16686/trace/{trace_id}?uiFind={tx_id}"))
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	tx, err := f.store.LoadTransaction(context.Background(), f.scope, f.completed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.TraceID, tx.TraceParent = traceID, "00-"+traceID+"-00f067aa0ba902b7-01"
+	tx.Version++
+	if err := f.store.Transition(context.Background(), tx, nil); err != nil {
+		t.Fatal(err)
+	}
+	var d tracewindow.Detail
+	if code := f.get("/api/sagas/"+f.completed, &d); code != 200 {
+		t.Fatal(code)
+	}
+	if want := "http://127.0.0.1:16686/trace/" + traceID + "?uiFind=" + f.completed; d.Saga.TraceID != traceID || d.Saga.TraceURL != want {
+		t.Fatalf("trace_id %q trace_url %q, want %q", d.Saga.TraceID, d.Saga.TraceURL, want)
+	}
+	d = tracewindow.Detail{}
+	if code := f.get("/api/sagas/"+f.compensated, &d); code != 200 || d.Saga.TraceID != "" || d.Saga.TraceURL != "" {
+		t.Fatalf("untraced saga: %d trace_id %q trace_url %q", code, d.Saga.TraceID, d.Saga.TraceURL)
+	}
+}
+
+func TestTraceURL(t *testing.T) {
+	for _, c := range []struct{ template, tx, trace, want string }{
+		{"", "tx", "t1", ""},
+		{"https://jaeger/trace/{trace_id}", "tx", "", ""},
+		{"https://jaeger/trace/{trace_id}", "tx", "abc", "https://jaeger/trace/abc"},
+		{"https://ui/search?tx={tx_id}", "01a2-b", "", "https://ui/search?tx=01a2-b"},
+		{"javascript:alert({tx_id})", "tx", "t", ""},
+	} {
+		if got := tracewindow.TraceURL(c.template, c.tx, c.trace); got != c.want {
+			t.Errorf("TraceURL(%q, %q, %q) = %q, want %q", c.template, c.tx, c.trace, got, c.want)
+		}
+	}
+}

@@ -51,11 +51,18 @@ type SagaView struct {
 	InFlight bool             `json:"in_flight"`
 	Version  int64            `json:"version"`
 	// Span, Kind, Endpoint and Attempt are the current (or last) step.
-	Span          int               `json:"span"`
-	Kind          string            `json:"kind,omitempty"`
-	Endpoint      string            `json:"endpoint,omitempty"`
-	Attempt       int               `json:"attempt"`
-	Error         string            `json:"error,omitempty"`
+	Span     int    `json:"span"`
+	Kind     string `json:"kind,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Attempt  int    `json:"attempt"`
+	Error    string `json:"error,omitempty"`
+	// TraceID is the W3C trace id of the saga's trace, when the
+	// orchestrator traced it (eventstore.Transaction.TraceID).
+	TraceID string `json:"trace_id,omitempty"`
+	// TraceURL is the link to the saga's trace in the tracing UI, from the
+	// WithTraceLink template (empty without a template, and when the
+	// template needs a trace id the saga has not).
+	TraceURL      string            `json:"trace_url,omitempty"`
 	CreatedAt     time.Time         `json:"created_at"`
 	UpdatedAt     time.Time         `json:"updated_at"`
 	LifetimeStart *time.Time        `json:"lifetime_start,omitempty"`
@@ -266,7 +273,7 @@ func timePtr(t time.Time) *time.Time {
 func viewSaga(tx *eventstore.Transaction, frozen *eventstore.FrozenTransaction) SagaView {
 	v := SagaView{
 		TxID: tx.TxID, Domain: tx.Domain, State: tx.State, Terminal: tx.State.Terminal(), InFlight: InFlight(tx.State),
-		Version: tx.Version, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: tx.Error,
+		Version: tx.Version, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: tx.Error, TraceID: tx.TraceID,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt, LifetimeStart: timePtr(tx.LifetimeStart),
 		PausedUntil: timePtr(tx.PausedUntil), Hints: tx.Hints, Entity: EntityJSON(tx.Payload),
 		Completed: make([]CompletedView, 0, len(tx.Completed)),

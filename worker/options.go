@@ -4,6 +4,8 @@ import (
 	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stacksaga-go/stacksaga/topics"
 )
@@ -38,6 +40,8 @@ type config struct {
 	guard          Guard
 	region         string
 	cluster        string
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
 }
 
 // WithBrokers sets the seed brokers, overriding kgo's default

@@ -45,9 +45,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
+	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -132,6 +134,9 @@ type Worker struct {
 	deadLettered  atomic.Uint64
 	undeliverable atomic.Uint64
 	panics        atomic.Uint64
+
+	tel     otelState
+	telOnce sync.Once
 }
 
 type recordID struct {
@@ -200,7 +205,7 @@ func New(service string, opts ...Option) (*Worker, error) {
 		return nil, err
 	}
 	topic := topics.CommandTopic(service)
-	return &Worker{
+	w := &Worker{
 		service:   service,
 		topic:     topic,
 		dlt:       topics.DeadLetterTopic(topic),
@@ -208,7 +213,11 @@ func New(service string, opts ...Option) (*Worker, error) {
 		log:       cfg.logger.With("service", service, "region", cfg.region, "cluster", cfg.cluster),
 		endpoints: make(map[string]endpoint),
 		running:   make(chan struct{}),
-	}, nil
+	}
+	if err := w.initTelemetry(); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // Service returns the service name the worker was made for.
@@ -246,6 +255,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	switch w.state {
 	case stateClosed:
 		w.mu.Unlock()
+		w.closeTelemetry()
 		return ErrClosed
 	case stateRunning, stateDone:
 		w.mu.Unlock()
@@ -258,6 +268,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Unlock()
 	defer func() {
 		cancel()
+		w.closeTelemetry()
 		w.mu.Lock()
 		if w.state == stateRunning {
 			w.state = stateDone
@@ -343,6 +354,7 @@ func (w *Worker) Close() {
 		cancel()
 		<-done
 	}
+	w.closeTelemetry()
 }
 
 func (w *Worker) baseOpts() []kgo.Opt {
@@ -363,6 +375,9 @@ func (w *Worker) clientOpts() []kgo.Opt {
 		}),
 	)
 	opts = append(opts, kafkaloop.ClientOpts()...)
+	if w.tel.kafkaOpt != nil {
+		opts = append(opts, w.tel.kafkaOpt)
+	}
 	return append(opts, w.cfg.kopts...)
 }
 
@@ -428,6 +443,9 @@ func (w *Worker) handle(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Recor
 			failedReply(cmd, topics.OutcomeRetryable, fmt.Sprintf("worker: %s has no endpoint %q", w.service, cmd.Endpoint)))
 	}
 
+	if w.tel.tracer != nil {
+		return w.handleTraced(hctx, pctx, cl, r, ep, cmd)
+	}
 	reply, err := w.cfg.guard.Execute(hctx, cmd, func(ctx context.Context) *topics.Envelope {
 		return w.execute(ctx, ep, cmd)
 	})
@@ -444,6 +462,33 @@ func (w *Worker) handle(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Recor
 		return err
 	}
 	return w.deliver(pctx, cl, r, &outgoing{rec: rec})
+}
+
+// handleTraced is the end of handle when tracing is on: the delivery runs
+// in a span that is a child of the command's sender, the handler's context
+// holds it, and the reply carries it back.
+func (w *Worker) handleTraced(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Record, ep endpoint, cmd *topics.Envelope) (err error) {
+	sctx, span := w.startStep(hctx, cmd)
+	hctx = sctx
+	var reply *topics.Envelope
+	defer func() { w.endStep(span, cmd, reply, sctx.ran, err) }()
+	reply, err = w.cfg.guard.Execute(hctx, cmd, func(ctx context.Context) *topics.Envelope {
+		return w.execute(ctx, ep, cmd)
+	})
+	if err != nil {
+		return fmt.Errorf("worker: guard: %w", err)
+	}
+	if reply == nil {
+		w.processed.Add(1)
+		return nil
+	}
+	// The reply, fresh or recorded by the guard, continues from this span.
+	reply.Trace = telemetry.Inject(hctx)
+	rec, err := w.replyRecord(r, cmd.ReplyTo, reply)
+	if err != nil {
+		return err
+	}
+	return w.deliver(trace.ContextWithSpan(pctx, span), cl, r, &outgoing{rec: rec})
 }
 
 // reject dead-letters r with reason and then, if notice is not nil, sends
@@ -556,11 +601,21 @@ func (w *Worker) execute(ctx context.Context, ep endpoint, cmd *topics.Envelope)
 		hints:          cmd.Hints,
 		resume:         ResumeContext(cmd.ResumeContext),
 	}
+	var began time.Time
+	if w.tel.handlerDur != nil {
+		began = time.Now()
+		defer func() { w.recordHandler(ctx, cmd, reply.Outcome, time.Since(began)) }()
+	}
+	if w.tel.tracer != nil {
+		if sc, ok := ctx.Value(ranKey{}).(*stepContext); ok {
+			sc.ran = true
+		}
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			w.panics.Add(1)
 			stack := debug.Stack()
-			w.log.Error("worker: handler panicked", "endpoint", cmd.Endpoint, "kind", cmd.Kind, "tx", cmd.TxID, "panic", v)
+			w.log.ErrorContext(ctx, "worker: handler panicked", "endpoint", cmd.Endpoint, "kind", cmd.Kind, "tx", cmd.TxID, "panic", v)
 			reply.Outcome = topics.OutcomeNonRetryable
 			reply.Error = fmt.Sprintf("worker: panic in endpoint %q (%s): %v\n\n%s", cmd.Endpoint, cmd.Kind, v, stack)
 			reply.Payload = cmd.Payload
@@ -652,6 +707,7 @@ func (w *Worker) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, 
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.deadLettered.Add(1)
-	w.log.Warn("worker: dead-lettered a command record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+	w.countDeadLetter(ctx, r, reason)
+	w.log.WarnContext(ctx, "worker: dead-lettered a command record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
 	return nil
 }

@@ -81,7 +81,7 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 		res.Load = loadAvg()
 	}
 	rep.LoadEnd = loadAvg()
-	rep.Targets = checkTargets(rep.Cells)
+	rep.Targets = append(checkTargets(rep.Cells), telemetryTargets(rep.Cells)...)
 	return rep, nil
 }
 
@@ -114,6 +114,27 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 	res.Framework = notUsed(spec, m)
 	res.RoundTrips = rt
 	progress("%s: framework %.1f sagas/s, p50 %.1fms, p99 %.1fms, %.2f cpu-ms/saga", spec.Name, m.Rate, m.P50, m.P99, m.CPUPerSaga)
+	if o.telemetry >= 0 {
+		// The same framework run again with telemetry on, on fresh topics.
+		tel, err := newBenchTelemetry(o.telemetry)
+		if err != nil {
+			return err
+		}
+		tnames := placeorder.DefaultNames().WithSuffix(suffix + "-tel")
+		if spec.RealKafka {
+			defer deleteTopics(brokers, frameworkTopics(tnames))
+		}
+		tfw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: tnames, logger: logger, tel: tel}
+		tm, _, err := tfw.run(ctx, o.warmup, o.sagas, o.timeout)
+		_ = tel.close()
+		if err != nil {
+			return fmt.Errorf("framework with telemetry: %w", err)
+		}
+		tm = notUsed(spec, tm)
+		res.Telemetry, res.TelemetryCost = &tm, telemetryCost(m, tm)
+		progress("%s: with telemetry (trace ratio %g) %.1f sagas/s, %.2f cpu-ms/saga: costs %.1f%% of the throughput",
+			spec.Name, o.telemetry, tm.Rate, tm.CPUPerSaga, 100*res.TelemetryCost)
+	}
 	if o.noFloor {
 		return nil
 	}

@@ -25,6 +25,8 @@ type framework struct {
 	cass    *cassandra.Store // nil unless the cell's store is Cassandra
 	names   placeorder.Names
 	logger  *slog.Logger
+	// tel, when set, instruments the orchestrator and the workers.
+	tel *benchTelemetry
 }
 
 // run starts the services, runs warmup sagas, then measures n sagas.
@@ -58,8 +60,12 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 		if err != nil {
 			return measure{}, nil, err
 		}
-		w, err := worker.New(svc, worker.WithBrokers(f.brokers...), worker.WithLogger(f.logger),
-			worker.WithConcurrency(f.spec.Concurrency), worker.WithGuard(g))
+		wopts := []worker.Option{worker.WithBrokers(f.brokers...), worker.WithLogger(f.logger),
+			worker.WithConcurrency(f.spec.Concurrency), worker.WithGuard(g)}
+		if f.tel != nil {
+			wopts = append(wopts, worker.WithTracerProvider(f.tel.tracerProvider()), worker.WithMeterProvider(f.tel.meterProvider()))
+		}
+		w, err := worker.New(svc, wopts...)
 		if err != nil {
 			return measure{}, nil, err
 		}
@@ -72,7 +78,7 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 		}
 	}
 	lat := newLatencies()
-	o, err := orchestrator.New(f.names.Order, placeorder.SagaNamed(f.names),
+	oopts := []orchestrator.Option{
 		orchestrator.WithBrokers(f.brokers...), orchestrator.WithStore(f.store), orchestrator.WithLogger(f.logger),
 		orchestrator.WithConcurrency(f.spec.Concurrency),
 		orchestrator.WithListener(func(e orchestrator.Event) {
@@ -80,7 +86,12 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 			case eventstore.StateCompleted, eventstore.StateCompensated, eventstore.StateCompensationFailed:
 				lat.end(e.TxID, time.Now())
 			}
-		}))
+		}),
+	}
+	if f.tel != nil {
+		oopts = append(oopts, orchestrator.WithTracerProvider(f.tel.tracerProvider()), orchestrator.WithMeterProvider(f.tel.meterProvider()))
+	}
+	o, err := orchestrator.New(f.names.Order, placeorder.SagaNamed(f.names), oopts...)
 	if err != nil {
 		return measure{}, nil, err
 	}

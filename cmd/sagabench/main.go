@@ -59,6 +59,9 @@ type options struct {
 	quiet     bool
 	verbose   bool
 	cpuprof   string
+	// telemetry is the sampled fraction of sagas for the telemetry
+	// runs; negative: no telemetry runs.
+	telemetry float64
 }
 
 func main() {
@@ -80,6 +83,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a cell's phase after this long")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
+	fs.Float64Var(&o.telemetry, "telemetry", -1, "also run each cell's framework with OpenTelemetry on (metrics, and traces of this fraction of the sagas: 1 traces all, 0 metrics only) and report what it costs")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -93,6 +97,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if o.telemetry > 1 {
+		errs = append(errs, errors.New("--telemetry must be a fraction from 0 to 1 (negative: off)"))
 	}
 	if o.cassandra != "" && o.kafka == "" {
 		errs = append(errs, errors.New("--cassandra needs --kafka: the Cassandra cells run on real Kafka"))

@@ -245,3 +245,40 @@ func TestTargetsExplainMisses(t *testing.T) {
 		t.Errorf("ratio target: %+v", ratio)
 	}
 }
+
+// --telemetry runs each cell's framework a second time with OpenTelemetry
+// on and reports its cost, checked as a target.
+func TestTelemetryCost(t *testing.T) {
+	args := []string{"--sagas", "40", "--warmup", "5", "--cells", "embedded-c1", "--kafka", "", "--cassandra", "", "--no-floor", "--telemetry", "1"}
+	r := decode(t, runBench(t, append(args, "--json")...))
+	if len(r.Cells) != 1 {
+		t.Fatalf("%d cells, want 1", len(r.Cells))
+	}
+	c := r.Cells[0]
+	if c.Telemetry == nil || c.Telemetry.Sagas != 40 || !(c.Telemetry.Rate > 0) {
+		t.Fatalf("telemetry measure %+v, want 40 sagas at a positive rate", c.Telemetry)
+	}
+	if want := 1 - c.Telemetry.Rate/c.Framework.Rate; c.TelemetryCost != want {
+		t.Errorf("telemetry cost %v, want %v", c.TelemetryCost, want)
+	}
+	var found bool
+	for _, tg := range r.Targets {
+		if tg.Cell == c.Cell && strings.Contains(tg.Name, "telemetry cost") {
+			found = true
+			if tg.Got != c.TelemetryCost || tg.Met != (c.TelemetryCost <= maxTelemetryCost) {
+				t.Errorf("target %+v does not match the cost %v", tg, c.TelemetryCost)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no telemetry target in %+v", r.Targets)
+	}
+	table := runBench(t, args...)
+	if !strings.Contains(table, "embedded-c1 with telemetry: ") {
+		t.Errorf("no telemetry line in the table:\n%s", table)
+	}
+	var stderr bytes.Buffer
+	if _, err := parse([]string{"--telemetry", "1.5"}, &stderr); err == nil {
+		t.Error("--telemetry 1.5 accepted")
+	}
+}

@@ -45,6 +45,10 @@ type cellResult struct {
 	FloorCQL   *measure `json:"floor_statements,omitempty"`
 	// Ratio is framework/floor throughput.
 	Ratio float64 `json:"framework_over_floor,omitempty"`
+	// Telemetry is the framework's measure with OpenTelemetry on
+	// (--telemetry), TelemetryCost the fraction of throughput it cost.
+	Telemetry     *measure `json:"framework_with_telemetry,omitempty"`
+	TelemetryCost float64  `json:"telemetry_cost,omitempty"`
 	// Load is the load average when the cell ended.
 	Load    [3]float64 `json:"load"`
 	Skipped string     `json:"skipped,omitempty"`
@@ -165,8 +169,14 @@ func (r *report) writeTable(w io.Writer) {
 			fmt.Fprintf(w, "%s statements per saga by table: %s\n", c.Cell, strings.Join(parts, ", "))
 		}
 	}
+	for _, c := range r.Cells {
+		if t := c.Telemetry; t != nil {
+			fmt.Fprintf(w, "%s with telemetry: %s sagas/s (without: %s), %s cpu-ms/saga (without: %s), p50 %s ms: costs %s%% of the throughput\n",
+				c.Cell, num(t.Rate, 1), num(c.Framework.Rate, 1), num(t.CPUPerSaga, 2), num(c.Framework.CPUPerSaga, 2), num(t.P50, 1), num(100*c.TelemetryCost, 1))
+		}
+	}
 	if len(r.Targets) > 0 {
-		fmt.Fprintln(w, "targets (issue 10):")
+		fmt.Fprintln(w, "targets (issues 10 and 12):")
 		for _, t := range r.Targets {
 			fmt.Fprintf(w, "  %s\n", t.String())
 		}

@@ -71,7 +71,7 @@ reason:
   Pages hold --limit sagas (default 50); the table ends with the --after
   cursor of the next page when there is one; --page P is page P (from 1).
 
-show prints one saga (state, step, error, lifetime, watchdog, frozen copy)
+show prints one saga (state, step, error, lifetime, trace id, watchdog, frozen copy)
 and its whole history: index, span, kind, endpoint, attempt, outcome, error,
 started, duration.
 
@@ -463,6 +463,7 @@ type jsonSaga struct {
 	LifetimeStart time.Time `json:"lifetime_start"`
 	AgeSeconds    int64     `json:"age_seconds"`
 	PausedUntil   time.Time `json:"paused_until,omitzero"`
+	TraceID       string    `json:"trace_id,omitempty"`
 	Watchdog      *jsonPath `json:"watchdog,omitempty"`
 }
 
@@ -471,7 +472,7 @@ func toJSONSaga(tx eventstore.Transaction, at time.Time) jsonSaga {
 		TxID: tx.TxID, Domain: tx.Domain, State: string(tx.State), Version: tx.Version,
 		Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: tx.Error,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt, LifetimeStart: tx.LifetimeFrom(),
-		AgeSeconds: int64(at.Sub(tx.CreatedAt) / time.Second), PausedUntil: tx.PausedUntil,
+		AgeSeconds: int64(at.Sub(tx.CreatedAt) / time.Second), PausedUntil: tx.PausedUntil, TraceID: tx.TraceID,
 	}
 	if tx.RestorePath != nil {
 		p := toJSONPath(*tx.RestorePath)
@@ -789,6 +790,9 @@ func (c *cli) show(ctx context.Context, txID string) int {
 	fmt.Fprintf(tw, "lifetime from\t%s\n", lifetime)
 	if !tx.PausedUntil.IsZero() {
 		fmt.Fprintf(tw, "paused until\t%s\n", fmtTime(tx.PausedUntil))
+	}
+	if tx.TraceID != "" {
+		fmt.Fprintf(tw, "trace\t%s\n", tx.TraceID)
 	}
 	if tx.RestorePath != nil {
 		fmt.Fprintf(tw, "watchdog\t%s\n", fmtPath(*tx.RestorePath))

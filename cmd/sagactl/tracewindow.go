@@ -54,7 +54,8 @@ flags:
   --health-window D     how far back the health counts look (default: the
                         transaction lifetime of --config, 24h)
   --trace-link TEMPLATE link to your tracing UI on the saga page, with
-                        {tx_id} replaced, e.g. https://jaeger/search?tags=...{tx_id}
+                        {trace_id} (the saga's OpenTelemetry trace id) and {tx_id}
+                        replaced, e.g. http://localhost:16686/trace/{trace_id}
   --service, --region, --cluster, --config, --hosts, --keyspace,
   --local-datacenter, --username, --password   as for sagactl list
   --timeout D           bound on connecting to Cassandra (default 2m)

@@ -36,9 +36,11 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -55,6 +57,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/ringcoordinator"
+	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
@@ -77,8 +80,17 @@ type options struct {
 	transientRate float64
 	crashRate     float64
 	window        time.Duration
-	pauseRate     float64
-	retryNodes    int
+
+	telemetry   bool
+	cpuProfile  string
+	metricsAddr string
+	traceRatio  float64
+	// afterRun, when set, is called with the result and the /metrics URL
+	// once the sagas are done, before anything is shut down (tests scrape
+	// the metrics there).
+	afterRun   func(res result, metricsURL string)
+	pauseRate  float64
+	retryNodes int
 }
 
 func main() {
@@ -105,12 +117,19 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.retryNodes, "retry-nodes", 0, "run an embedded ring coordinator (master and slave) and N more orchestrator instances as retry nodes sharing the token ring (default: the one orchestrator is the retry node)")
 	var windowSec float64
 	fs.Float64Var(&windowSec, "window", 0, "recovery window interval in seconds (dividing 60, or whole minutes); default 2 with --transient-rate or --crash-rate, else the production 60")
+	fs.BoolVar(&o.telemetry, "telemetry", false, "trace and measure with OpenTelemetry (in-process span exporter, Prometheus metrics); the summary adds spans=, duplicates_skipped= and stale_replies=")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the Prometheus metrics at http://ADDR/metrics while the demo runs (implies --telemetry)")
+	fs.Float64Var(&o.traceRatio, "trace-ratio", 1, "with --telemetry, the fraction of sagas traced (head sampling at Start; the workers follow the saga's decision); 0 turns tracing off, leaving the metrics")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	o.window = time.Duration(windowSec * float64(time.Second))
+	if o.metricsAddr != "" {
+		o.telemetry = true
+	}
 	var errs []error
 	if o.transientRate < 0 || o.transientRate > 1 {
 		errs = append(errs, errors.New("--transient-rate must be within [0, 1]"))
@@ -146,6 +165,14 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.duplicates < 0 {
 		errs = append(errs, errors.New("--duplicates must be at least 0"))
 	}
+	if o.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(o.metricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-addr: %w", err))
+		}
+	}
+	if o.traceRatio < 0 || o.traceRatio > 1 {
+		errs = append(errs, errors.New("--trace-ratio must be within [0, 1]"))
+	}
 	if o.failRate < 0 || o.failRate > 1 {
 		errs = append(errs, errors.New("--fail-rate must be within [0, 1]"))
 	}
@@ -160,7 +187,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	res, err := demo(ctx, opts, stderr)
+	var tel *demoTelemetry
+	if opts.telemetry {
+		if tel, err = newDemoTelemetry(opts); err != nil {
+			fmt.Fprintln(stderr, "sagademo:", err)
+			return 1
+		}
+		defer func() { _ = tel.close() }()
+		if tel.metricsURL != "" && !opts.quiet {
+			fmt.Fprintln(stderr, "sagademo: metrics at", tel.metricsURL)
+		}
+	}
+	if opts.cpuProfile != "" {
+		f, err := os.Create(opts.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "sagademo:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "sagademo:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res, err := demo(ctx, opts, tel, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "sagademo:", err)
 		return 1
@@ -188,6 +239,12 @@ type result struct {
 	hasRecovery                  bool
 	retried, restored, abandoned int64
 	directoryLeft                int
+	// Telemetry figures, set with --telemetry: spans exported, duplicate
+	// deliveries the guards skipped, stale replies the orchestrator
+	// ignored.
+	hasTelemetry                 bool
+	spans                        int64
+	duplicatesSkipped, staleRepl int64
 	// Pause figures, set with --pause-rate: sagas paused, and resumes that
 	// continued one.
 	hasPauses       bool
@@ -206,6 +263,9 @@ func (r result) summary() string {
 	fmt.Fprintf(&b, " duplicate_executions=%d", r.duplicateExecutions)
 	if r.hasRecovery {
 		fmt.Fprintf(&b, " abandoned=%d retried=%d restored=%d directory_left=%d", r.abandoned, r.retried, r.restored, r.directoryLeft)
+	}
+	if r.hasTelemetry {
+		fmt.Fprintf(&b, " spans=%d duplicates_skipped=%d stale_replies=%d", r.spans, r.duplicatesSkipped, r.staleRepl)
 	}
 	if r.hasPauses {
 		fmt.Fprintf(&b, " paused=%d resumed=%d", r.paused, r.resumed)
@@ -234,12 +294,16 @@ func failsAt(i int, f float64) bool {
 	return int(float64(i+1)*f) > int(float64(i)*f)
 }
 
-func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
+func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Writer) (result, error) {
 	logLevel := slog.LevelError
 	if opts.verbose {
 		logLevel = slog.LevelWarn
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
+	var logHandler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel})
+	if tel != nil {
+		logHandler = telemetry.LogHandler(logHandler)
+	}
+	logger := slog.New(logHandler)
 
 	brokers := []string{opts.kafka}
 	where := "kafka " + opts.kafka
@@ -267,6 +331,14 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		}
 		store = cass
 		storeName = "Cassandra " + opts.cassandra + " keyspace " + opts.keyspace
+		if tel != nil {
+			reg, err := cass.RegisterMetrics(tel.meterProvider())
+			if err != nil {
+				_ = cass.Close()
+				return result{}, err
+			}
+			defer func() { _ = reg.Unregister() }()
+		}
 	}
 	defer store.Close()
 	if !opts.quiet {
@@ -290,6 +362,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 
 	// Workers; their handlers count their own executions.
 	var workers []*worker.Worker
+	var guards []*writeprotect.Guard
 	execs := &executions{seen: make(map[execKey]int32)}
 	names := placeorder.DefaultNames().WithSuffix(opts.suffix)
 	type reg func(*worker.Worker, placeorder.Observer) error
@@ -299,6 +372,9 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		names.Shipping:  placeorder.RegisterShipping,
 	} {
 		wopts := []worker.Option{worker.WithBrokers(brokers...), worker.WithLogger(logger), worker.WithConcurrency(opts.concurrency)}
+		if tel != nil {
+			wopts = append(wopts, worker.WithTracerProvider(tel.tracerProvider()), worker.WithMeterProvider(tel.meterProvider()))
+		}
 		if opts.mode != "none" {
 			cfg := writeprotect.DefaultConfig()
 			cfg.DefaultMode = writeprotect.RelaxedWithDedup
@@ -310,6 +386,7 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 				return result{}, err
 			}
 			wopts = append(wopts, worker.WithGuard(g))
+			guards = append(guards, g)
 		}
 		w, err := worker.New(svc, wopts...)
 		if err != nil {
@@ -352,6 +429,9 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 	}
 	recovering := opts.transientRate > 0 || opts.crashRate > 0 || opts.retryNodes > 0
 	var oopts []orchestrator.Option
+	if tel != nil {
+		oopts = append(oopts, orchestrator.WithTracerProvider(tel.tracerProvider()), orchestrator.WithMeterProvider(tel.meterProvider()))
+	}
 	if opts.window != 0 {
 		rc := recovery.DefaultConfig()
 		rc.Interval = opts.window
@@ -426,6 +506,8 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		}
 	}
 	var relay *duplicator.Relay
+	stopRelay := func() {}
+	defer func() { stopRelay() }()
 	if opts.duplicates > 0 {
 		relay, err = duplicator.New(brokers, []string{
 			topics.CommandTopic(names.Inventory), topics.CommandTopic(names.Payment),
@@ -434,7 +516,15 @@ func demo(ctx context.Context, opts options, stderr io.Writer) (result, error) {
 		if err != nil {
 			return result{}, err
 		}
-		goRun("duplicator", relay.Run)
+		relayCtx, cancelRelay := context.WithCancel(runCtx)
+		relayDone := make(chan struct{})
+		stopRelay = func() { cancelRelay(); <-relayDone }
+		go func() {
+			defer close(relayDone)
+			if err := relay.Run(relayCtx); err != nil && relayCtx.Err() == nil {
+				runErr.CompareAndSwap(nil, fmt.Errorf("duplicator: %w", err))
+			}
+		}()
 	}
 	select {
 	case <-o.Running():
@@ -526,8 +616,11 @@ loop:
 	if relay != nil && terminal() == opts.sagas {
 		// Copies still on their way would run after the count: let the
 		// relay and the workers go quiet first, so duplicate_executions
-		// covers every copy delivered.
-		settle(relay, workers)
+		// covers every copy delivered. Then stop the relay and let what it
+		// copied drain, so that the counts (and the metrics) no longer move.
+		settle(relay, workers, o)
+		stopRelay()
+		settle(relay, workers, o)
 	}
 	report()
 	if e := res.failed(); e != nil {
@@ -573,8 +666,23 @@ loop:
 		out.hasStmts = true
 		out.stmtsPerSaga = float64(cass.Stats().Sub(stmts0).RoundTrips()) / float64(opts.sagas)
 	}
+	if tel != nil {
+		out.hasTelemetry = true
+		out.spans = tel.exported(ctx)
+		for _, g := range guards {
+			out.duplicatesSkipped += int64(g.Stats().DuplicatesSkipped)
+		}
+		out.staleRepl = o.Stats().StaleReplies
+	}
 	if !opts.quiet {
 		fmt.Fprintln(stderr, mem.String())
+	}
+	if opts.afterRun != nil {
+		url := ""
+		if tel != nil {
+			url = tel.metricsURL
+		}
+		opts.afterRun(out, url)
 	}
 	return out, nil
 }
@@ -719,15 +827,17 @@ func (e *executions) duplicates() int {
 	return n
 }
 
-// settle waits until the relay copies nothing more and the workers process
-// nothing more for 600ms (at most 15s).
-func settle(relay *duplicator.Relay, workers []*worker.Worker) {
+// settle waits until the relay copies nothing more, the workers process
+// nothing more and the orchestrator reads no more replies for 600ms (at
+// most 15s).
+func settle(relay *duplicator.Relay, workers []*worker.Worker, o *orchestrator.Orchestrator[placeorder.Order]) {
 	progress := func() uint64 {
 		n := uint64(relay.Copied())
 		for _, w := range workers {
 			n += w.Stats().Processed
 		}
-		return n
+		st := o.Stats()
+		return n + uint64(st.Replies+st.StaleReplies+st.ForeignReplies)
 	}
 	last, quiet := progress(), 0
 	for deadline := time.Now().Add(15 * time.Second); quiet < 3 && time.Now().Before(deadline); {

@@ -91,7 +91,8 @@ func TestDemoRealKafkaAndCassandra(t *testing.T) {
 
 func TestDemoRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"--sagas", "0"}, {"--fail-rate", "1.5"}, {"--concurrency", "-1"}, {"--nope"},
-		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}, {"--pause-rate", "1.1"}, {"--retry-nodes", "-1"}} {
+		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}, {"--trace-ratio", "1.5"}, {"--metrics-addr", "nonsense"},
+		{"--pause-rate", "1.1"}, {"--retry-nodes", "-1"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

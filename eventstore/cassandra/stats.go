@@ -55,6 +55,10 @@ type tableCounters struct {
 type stmtClass struct {
 	kind  stmtKind
 	table *tableCounters // nil: not an event-store table
+	// tableName is the event-store table ("" for others); op the
+	// statement's first keyword (SELECT, INSERT…).
+	tableName string
+	op        string
 }
 
 // observer is the gocql QueryObserver and BatchObserver that counts
@@ -63,6 +67,8 @@ type observer struct {
 	reads, writes, lwts, batches, other atomic.Int64
 	tables                              map[string]*tableCounters // fixed at construction
 	classes                             sync.Map                  // statement -> stmtClass
+	// timing records request durations once RegisterMetrics ran.
+	timing atomic.Pointer[timing]
 }
 
 var _ gocql.QueryObserver = (*observer)(nil)
@@ -86,9 +92,12 @@ func (o *observer) classify(stmt string) stmtClass {
 	if c, ok := o.classes.Load(stmt); ok {
 		return c.(stmtClass)
 	}
-	var c stmtClass
+	c := stmtClass{op: operation(stmt)}
 	if m := stmtTable.FindStringSubmatch(stmt); m != nil {
 		c.table = o.tables[strings.ToLower(m[2])]
+		if c.table != nil {
+			c.tableName = strings.ToLower(m[2])
+		}
 		switch verb := strings.ToUpper(strings.Fields(m[1])[0]); {
 		case verb == "SELECT":
 			c.kind = kindRead
@@ -106,11 +115,14 @@ func (o *observer) classify(stmt string) stmtClass {
 }
 
 // ObserveQuery counts one statement sent on its own.
-func (o *observer) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
+func (o *observer) ObserveQuery(ctx context.Context, q gocql.ObservedQuery) {
+	c := o.classify(q.Statement)
+	if t := o.timing.Load(); t != nil {
+		t.record(ctx, c, c.op, q.Start, q.End, q.Err)
+	}
 	if q.Attempt != 0 {
 		return
 	}
-	c := o.classify(q.Statement)
 	switch c.kind {
 	case kindRead:
 		o.reads.Add(1)
@@ -127,7 +139,10 @@ func (o *observer) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
 }
 
 // ObserveBatch counts one batch and the statements in it.
-func (o *observer) ObserveBatch(_ context.Context, b gocql.ObservedBatch) {
+func (o *observer) ObserveBatch(ctx context.Context, b gocql.ObservedBatch) {
+	if t := o.timing.Load(); t != nil {
+		t.record(ctx, stmtClass{}, "BATCH", b.Start, b.End, b.Err)
+	}
 	if b.Attempt != 0 {
 		return
 	}

@@ -36,6 +36,8 @@ func fullTx(scope eventstore.Scope, id string) eventstore.Transaction {
 		PausedUntil:   base.Add(time.Hour),
 		LifetimeStart: base.Add(2 * time.Hour),
 		PauseEvent:    "PAYMENT_AUTHORISED",
+		TraceID:       "4bf92f3577b34da6a3ce929d0e0e4736",
+		TraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		CreatedAt:     base,
 		UpdatedAt:     base.Add(1500 * time.Millisecond),
 	}

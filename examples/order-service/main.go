@@ -21,6 +21,10 @@
 // example workers, then:
 //
 //	KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/order-service --addr :8080
+//
+// With OTEL_EXPORTER_OTLP_ENDPOINT set (http://127.0.0.1:4318 for the Jaeger
+// of `docker compose --profile observability up`) it traces its sagas over
+// OTLP; with --metrics-addr it serves Prometheus metrics at /metrics there.
 package main
 
 import (
@@ -45,17 +49,28 @@ func main() {
 	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
 	cass := flag.String("cassandra", os.Getenv("CASSANDRA_HOSTS"), "Cassandra contact points for the event store, comma-separated (default $CASSANDRA_HOSTS; empty: in-memory store, lost on restart)")
 	keyspace := flag.String("keyspace", "stacksaga_event_store", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
+	metricsAddr := flag.String("metrics-addr", os.Getenv(placeorder.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+placeorder.EnvMetricsAddr+"; empty: no metrics)")
 	flag.Parse()
-	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace); err != nil {
+	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace, *metricsAddr); err != nil {
 		slog.Error("order-service stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, brokers []string, cassandraHosts, keyspace string) error {
+func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace)
+	// Traces when OTEL_EXPORTER_OTLP_ENDPOINT is set, metrics at
+	// metricsAddr; both off otherwise.
+	tel, err := placeorder.SetupTelemetry(ctx, placeorder.OrderService, metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tel.Close() }()
+	if tel.MetricsURL != "" {
+		slog.Info("metrics", "url", tel.MetricsURL)
+	}
+	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, tel)
 	if err != nil {
 		return err
 	}
@@ -79,9 +94,13 @@ func run(addr string, brokers []string, cassandraHosts, keyspace string) error {
 }
 
 // newOrchestrator builds the place-order orchestrator on Kafka brokers, with
-// the Cassandra event store when hosts are given (else the in-memory one).
-// It is a retry node too. extra options come last (tests add a clock).
-func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keyspace string, extra ...orchestrator.Option) (*orchestrator.Orchestrator[placeorder.Order], func(), error) {
+// the Cassandra event store when hosts are given (else the in-memory one),
+// traced and measured as tel says (nil: neither). It is a retry node too.
+// extra options come last (tests add a clock).
+func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keyspace string, tel *placeorder.Telemetry, extra ...orchestrator.Option) (*orchestrator.Orchestrator[placeorder.Order], func(), error) {
+	if tel == nil {
+		tel = &placeorder.Telemetry{}
+	}
 	opts := []orchestrator.Option{
 		orchestrator.WithBrokers(brokers...),
 		orchestrator.WithRetryNode(),
@@ -102,6 +121,18 @@ func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keys
 		}
 		closeStore = func() { _ = store.Close() }
 		opts = append(opts, orchestrator.WithStore(store))
+		if tel.MeterProvider != nil {
+			if _, err := store.RegisterMetrics(tel.MeterProvider); err != nil {
+				closeStore()
+				return nil, nil, err
+			}
+		}
+	}
+	if tel.TracerProvider != nil {
+		opts = append(opts, orchestrator.WithTracerProvider(tel.TracerProvider))
+	}
+	if tel.MeterProvider != nil {
+		opts = append(opts, orchestrator.WithMeterProvider(tel.MeterProvider))
 	}
 	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(), append(opts, extra...)...)
 	if err != nil {

@@ -57,7 +57,7 @@ func serve(t *testing.T, brokers []string, cassandraHosts, keyspace string) (str
 func serveWith(t *testing.T, brokers []string, cassandraHosts, keyspace string, extra ...orchestrator.Option) (string, *orchestrator.Orchestrator[placeorder.Order], func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, extra...)
+	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, nil, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}

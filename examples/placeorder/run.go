@@ -27,23 +27,42 @@ func Brokers(flagValue string) []string {
 }
 
 // WorkerMain is the whole main of an example worker service: it parses
-// the --kafka flag, runs the worker with register's endpoints until SIGINT
+// the --kafka and --metrics-addr flags, sets up telemetry (SetupTelemetry:
+// traces when OTEL_EXPORTER_OTLP_ENDPOINT is set, /metrics at
+// --metrics-addr), runs the worker with register's endpoints until SIGINT
 // or SIGTERM, and exits non-zero on failure.
 func WorkerMain(service string, register func(*worker.Worker, Observer) error) {
 	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
+	metricsAddr := flag.String("metrics-addr", os.Getenv(EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+EnvMetricsAddr+"; empty: no metrics)")
 	flag.Parse()
-	if err := RunWorker(service, Brokers(*kafka), register); err != nil {
+	tel, err := SetupTelemetry(context.Background(), service, *metricsAddr)
+	if err != nil {
+		slog.Error("telemetry", "service", service, "err", err)
+		os.Exit(1)
+	}
+	var opts []worker.Option
+	if tel.TracerProvider != nil {
+		opts = append(opts, worker.WithTracerProvider(tel.TracerProvider))
+	}
+	if tel.MeterProvider != nil {
+		opts = append(opts, worker.WithMeterProvider(tel.MeterProvider))
+		slog.Info("metrics", "service", service, "url", tel.MetricsURL)
+	}
+	err = RunWorker(service, Brokers(*kafka), register, opts...)
+	_ = tel.Close()
+	if err != nil {
 		slog.Error("worker stopped", "service", service, "err", err)
 		os.Exit(1)
 	}
 }
 
-// RunWorker runs a worker for service with the endpoints register adds,
-// until SIGINT or SIGTERM. It is the whole main of the example workers.
-func RunWorker(service string, brokers []string, register func(*worker.Worker, Observer) error) error {
+// RunWorker runs a worker for service with the endpoints register adds and
+// the options opts, until SIGINT or SIGTERM. It is the whole main of the
+// example workers.
+func RunWorker(service string, brokers []string, register func(*worker.Worker, Observer) error, opts ...worker.Option) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	w, err := worker.New(service, worker.WithBrokers(brokers...))
+	w, err := worker.New(service, append([]worker.Option{worker.WithBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return err
 	}

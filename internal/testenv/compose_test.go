@@ -3,6 +3,7 @@ package testenv_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,4 +80,73 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestComposeObservabilityProfile checks the optional observability profile:
+// Jaeger (OTLP and UI) and Prometheus only start with --profile
+// observability, and Prometheus scrapes every example service on the port
+// the README gives it.
+func TestComposeObservabilityProfile(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]struct {
+			Image      string   `yaml:"image"`
+			Profiles   []string `yaml:"profiles"`
+			Ports      []string `yaml:"ports"`
+			Volumes    []string `yaml:"volumes"`
+			ExtraHosts []string `yaml:"extra_hosts"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range f.Services {
+		observability := name == "jaeger" || name == "prometheus"
+		if inProfile := len(s.Profiles) == 1 && s.Profiles[0] == "observability"; inProfile != observability {
+			t.Errorf("%s: profiles %v", name, s.Profiles)
+		}
+	}
+	j, p := f.Services["jaeger"], f.Services["prometheus"]
+	if !strings.HasPrefix(j.Image, "jaegertracing/") || !slices.Contains(j.Ports, "127.0.0.1:16686:16686") || !slices.Contains(j.Ports, "127.0.0.1:4318:4318") {
+		t.Errorf("jaeger: image %q ports %v, want the UI and OTLP/HTTP on loopback", j.Image, j.Ports)
+	}
+	if !strings.HasPrefix(p.Image, "prom/prometheus:") || !slices.Contains(p.Ports, "127.0.0.1:9090:9090") ||
+		!slices.Contains(p.Volumes, "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro") || !slices.Contains(p.ExtraHosts, "host.docker.internal:host-gateway") {
+		t.Errorf("prometheus: %+v", p)
+	}
+	cfg, err := os.ReadFile(filepath.Join("..", "..", "deploy", "prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prom struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(cfg, &prom); err != nil {
+		t.Fatalf("deploy/prometheus.yml: %v", err)
+	}
+	jobs := map[string]string{}
+	for _, sc := range prom.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, tg := range st.Targets {
+				jobs[sc.JobName] = tg
+			}
+		}
+	}
+	for job, target := range map[string]string{
+		"order-service": "host.docker.internal:9464", "inventory-service": "host.docker.internal:9465",
+		"payment-service": "host.docker.internal:9466", "shipping-service": "host.docker.internal:9467",
+		"sagademo": "host.docker.internal:9468",
+	} {
+		if jobs[job] != target {
+			t.Errorf("deploy/prometheus.yml: job %s scrapes %q, want %q", job, jobs[job], target)
+		}
+	}
 }

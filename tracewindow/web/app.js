@@ -390,7 +390,8 @@
         s.paused_until ? fact('Paused until', fmtTime(s.paused_until)) : null,
         s.restore_watchdog ? fact('Restore watchdog', s.restore_watchdog.day + ' slot ' + s.restore_watchdog.minute_of_day + ' bucket ' + s.restore_watchdog.bucket) : null,
         s.frozen ? fact('Frozen', fmtTime(s.frozen.frozen_at) + ' as ' + s.frozen.state) : null,
-        traceLink(s.tx_id)),
+        s.trace_id ? fact('Trace id', s.trace_id, 'saga-trace-id') : null,
+        traceLink(s)),
       s.error ? el('div', { class: 'error-box', id: 'saga-error', text: (s.state === 'COMPLETED' ? 'last error (the saga recovered from it): ' : '') + s.error }) : null,
       s.frozen && s.frozen.reason && s.frozen.reason !== s.error ? el('div', { class: 'error-box', text: 'frozen: ' + s.frozen.reason }) : null,
       actionButtons(d));
@@ -406,12 +407,10 @@
     return el('div', null, el('dt', { text: k }), el('dd', { id: id }, v));
   }
 
-  function traceLink(id) {
-    var t = S.config.trace_link;
-    if (!t) return null;
-    var href = t.split('{tx_id}').join(encodeURIComponent(id));
-    if (!/^https?:\/\//i.test(href)) return null;
-    return el('div', null, el('dt', { text: 'Trace' }), el('dd', null, el('a', { href: href, target: '_blank', rel: 'noopener noreferrer', text: 'open in tracing UI' })));
+  function traceLink(s) {
+    var href = s.trace_url;
+    if (!href || !/^https?:\/\//i.test(href)) return null;
+    return el('div', null, el('dt', { text: 'Trace' }), el('dd', null, el('a', { id: 'saga-trace-link', href: href, target: '_blank', rel: 'noopener noreferrer', text: 'open in tracing UI' })));
   }
 
   function actionButtons(d) {

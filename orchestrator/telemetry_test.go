@@ -1,0 +1,315 @@
+package orchestrator_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/eventstore/memory"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/telemetry"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+func collectMetrics(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// metricTotal sums the points of m (a histogram's counts) whose attributes
+// include match.
+func metricTotal(m metricdata.Metrics, match ...attribute.KeyValue) float64 {
+	has := func(set attribute.Set) bool {
+		for _, kv := range match {
+			if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
+				return false
+			}
+		}
+		return true
+	}
+	var n float64
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			if has(p.Attributes) {
+				n += float64(p.Value)
+			}
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			if has(p.Attributes) {
+				n += float64(p.Count)
+			}
+		}
+	}
+	return n
+}
+
+func attrsOf(kvs []attribute.KeyValue) map[attribute.Key]string {
+	m := map[attribute.Key]string{}
+	for _, kv := range kvs {
+		m[kv.Key] = kv.Value.String()
+	}
+	return m
+}
+
+// A traced saga stays in one trace through a retry: Start is a child of the
+// caller's span, every command carries the trace context of the span that
+// sent it, each reply span is a child of the span the reply names, and the
+// re-drive, which no message starts, continues from the traceparent on the
+// saga row. The metrics count the saga, its steps by outcome, the retry and
+// the dead letters by reason.
+func TestOrchestratorTelemetry(t *testing.T) {
+	brokers := newCluster(t)
+	const svc = "otel-svc"
+	dom := orchestrator.Domain[order]{Name: "otel-dom", OnNext: orchestrator.Sequence[order](
+		orchestrator.Step{Service: svc, Endpoint: "a"}, orchestrator.Step{Service: svc, Endpoint: "b"})}
+	ensureTopics(t, brokers, topics.CommandTopic(svc), topics.CallbackTopic(dom.Name), topics.DeadLetterTopic(topics.CallbackTopic(dom.Name)))
+	resp := startResponder(t, brokers, []string{topics.CommandTopic(svc)}, func(cmd *topics.Envelope) *topics.Envelope {
+		if cmd.Endpoint == "b" && cmd.Attempt == 1 {
+			return reply(cmd, topics.OutcomeRetryable, nil, "busy")
+		}
+		return reply(cmd, topics.OutcomeOK, nil, "")
+	})
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	store := memory.New()
+	defer store.Close()
+	o, err := orchestrator.New("otel-orders", dom, orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store),
+		orchestrator.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		orchestrator.WithoutRecovery(), orchestrator.WithTracerProvider(tp), orchestrator.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runOrch(t, o)
+
+	ctx, caller := tp.Tracer("test").Start(context.Background(), "POST /orders")
+	txID, err := o.Start(ctx, order{ID: "o1"})
+	caller.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "RETRY_PENDING", func() bool {
+		s, err := o.Get(context.Background(), txID)
+		return err == nil && s.State == eventstore.StateRetryPending
+	})
+	// A re-drive from a context with a span of another trace (an admin's
+	// request): the saga's trace goes on, with a link to the caller.
+	adminCtx, admin := tp.Tracer("test").Start(context.Background(), "POST /admin/redrive")
+	if err := o.Redrive(adminCtx, txID); err != nil {
+		t.Fatal(err)
+	}
+	admin.End()
+	if got := waitTerminal(t, o, []string{txID}, 30*time.Second); got[txID] != eventstore.StateCompleted {
+		t.Fatalf("state %s", got[txID])
+	}
+	// Dead letters: a record that is no envelope, and a reply for no saga.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ghost := reply(resp.commands()[0], topics.OutcomeOK, nil, "")
+	ghost.TxID = "01a22ee3-21c6-8001-b41a-3554da6f373f"
+	b, _ := topics.Encode(ghost)
+	cb := topics.CallbackTopic(dom.Name)
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: cb, Value: []byte("junk")}, &kgo.Record{Topic: cb, Key: []byte(ghost.TxID), Value: b}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "two dead letters", func() bool { return o.Stats().DeadLettered == 2 })
+
+	ms := collectMetrics(t, reader)
+	stop()
+
+	// Traces.
+	saga, err := o.Get(context.Background(), txID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if saga.TraceID != caller.SpanContext().TraceID().String() {
+		t.Fatalf("saga TraceID %q, want the caller's trace %s", saga.TraceID, caller.SpanContext().TraceID())
+	}
+	for _, c := range resp.commands() {
+		if c.TxID == txID && c.Trace["traceparent"] == "" {
+			t.Errorf("command %s attempt %d carries no traceparent", c.Endpoint, c.Attempt)
+		}
+	}
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	var start, redrive tracetest.SpanStub
+	var replies []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		byID[s.SpanContext.SpanID()] = s
+		switch s.Name {
+		case "otel-dom start":
+			start = s
+		case "otel-dom redrive":
+			redrive = s
+		case "otel-dom reply":
+			replies = append(replies, s)
+		}
+		if s.Name != "POST /admin/redrive" && s.SpanContext.TraceID().String() != saga.TraceID {
+			t.Errorf("span %q in trace %s, want %s", s.Name, s.SpanContext.TraceID(), saga.TraceID)
+		}
+	}
+	if start.Parent.SpanID() != caller.SpanContext().SpanID() {
+		t.Errorf("start span's parent %v, want the caller %v", start.Parent.SpanID(), caller.SpanContext().SpanID())
+	}
+	if redrive.Parent.SpanID() != start.SpanContext.SpanID() || len(redrive.Links) != 1 || redrive.Links[0].SpanContext.SpanID() != admin.SpanContext().SpanID() {
+		t.Errorf("redrive span: parent %v (want the start span %v), links %v", redrive.Parent.SpanID(), start.SpanContext.SpanID(), redrive.Links)
+	}
+	// Replies: a (sent by start), b attempt 1 (sent by a's reply span), b
+	// attempt 2 (sent by the re-drive); each reply span is a child of the
+	// span that sent the command (the responder copies the command's trace
+	// context into its reply, as a worker without tracing does).
+	if len(replies) != 3 {
+		t.Fatalf("%d reply spans, want 3", len(replies))
+	}
+	byStep := map[string]tracetest.SpanStub{}
+	for _, r := range replies {
+		a := attrsOf(r.Attributes)
+		byStep[a[telemetry.AttrEndpoint]+"/"+a[telemetry.AttrAttempt]] = r
+		if r.SpanKind != trace.SpanKindConsumer {
+			t.Errorf("reply span kind %v", r.SpanKind)
+		}
+	}
+	for step, sender := range map[string]tracetest.SpanStub{
+		svc + "/a/1": start, svc + "/b/1": byStep[svc+"/a/1"], svc + "/b/2": redrive,
+	} {
+		if r, ok := byStep[step]; !ok || r.Parent.SpanID() != sender.SpanContext.SpanID() {
+			t.Errorf("reply span of %s: parent %v, want its sender %q %v", step, r.Parent.SpanID(), sender.Name, sender.SpanContext.SpanID())
+		}
+	}
+
+	// Metrics.
+	dk := telemetry.AttrDomain.String(dom.Name)
+	for _, c := range []struct {
+		name  string
+		match []attribute.KeyValue
+		want  float64
+	}{
+		{telemetry.MetricSagaStarted, []attribute.KeyValue{dk, telemetry.AttrService.String("otel-orders")}, 1},
+		{telemetry.MetricSagaFinished, []attribute.KeyValue{dk, telemetry.AttrSagaState.String("COMPLETED")}, 1},
+		{telemetry.MetricSagaFinished, []attribute.KeyValue{telemetry.AttrSagaState.String("COMPENSATED")}, 0},
+		{telemetry.MetricSagaInFlight, []attribute.KeyValue{dk}, 0},
+		{telemetry.MetricStepRetried, []attribute.KeyValue{dk}, 1},
+		{telemetry.MetricStepDuration, []attribute.KeyValue{telemetry.AttrEndpoint.String(svc + "/b"), telemetry.AttrOutcome.String("retryable")}, 1},
+		{telemetry.MetricStepDuration, []attribute.KeyValue{telemetry.AttrOutcome.String("ok")}, 2},
+		{telemetry.MetricCommandsPublished, nil, 3},
+		{telemetry.MetricRepliesReceived, []attribute.KeyValue{telemetry.AttrReplyResult.String(telemetry.ReplyApplied)}, 3},
+		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrComponent.String("orchestrator"), telemetry.AttrDeadLetterReason.String("undecodable")}, 1},
+		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrDeadLetterReason.String("unknown-transaction")}, 1},
+	} {
+		if got := metricTotal(ms[c.name], c.match...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.match, got, c.want)
+		}
+	}
+	if metricTotal(ms[telemetry.MetricKafkaSent]) < 3 || metricTotal(ms[telemetry.MetricKafkaConsumed]) < 3 {
+		t.Errorf("Kafka client metrics: sent %v consumed %v", metricTotal(ms[telemetry.MetricKafkaSent]), metricTotal(ms[telemetry.MetricKafkaConsumed]))
+	}
+	// Closed, the orchestrator no longer reports.
+	if got := metricTotal(collectMetrics(t, reader)[telemetry.MetricSagaStarted]); got != 0 {
+		t.Errorf("%s reported after close: %v", telemetry.MetricSagaStarted, got)
+	}
+}
+
+// Without providers nothing is traced: no trace context in commands, no
+// trace id on the saga.
+func TestOrchestratorTelemetryOff(t *testing.T) {
+	brokers := newCluster(t)
+	const svc = "off-svc"
+	dom := orchestrator.Domain[order]{Name: "off-dom", OnNext: orchestrator.Sequence[order](orchestrator.Step{Service: svc, Endpoint: "a"})}
+	ensureTopics(t, brokers, topics.CommandTopic(svc), topics.CallbackTopic(dom.Name))
+	resp := startResponder(t, brokers, []string{topics.CommandTopic(svc)}, func(cmd *topics.Envelope) *topics.Envelope {
+		return reply(cmd, topics.OutcomeOK, nil, "")
+	})
+	o, err := orchestrator.New("off-orders", dom, orchestrator.WithBrokers(brokers...), orchestrator.WithoutRecovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runOrch(t, o)
+	txID, err := o.Start(context.Background(), order{ID: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTerminal(t, o, []string{txID}, 30*time.Second)
+	row, err := o.Store().LoadTransaction(context.Background(), o.Scope(), txID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.TraceID != "" || row.TraceParent != "" {
+		t.Errorf("row trace %q %q", row.TraceID, row.TraceParent)
+	}
+	for _, c := range resp.commands() {
+		if c.Trace != nil {
+			t.Errorf("command carries trace context %v", c.Trace)
+		}
+	}
+}
+
+// A saga the sampler leaves out is traced nowhere: no span, no trace id on
+// the row, but its commands carry the unsampled trace context (flags 00),
+// so that the workers follow the decision.
+func TestOrchestratorUnsampledSaga(t *testing.T) {
+	brokers := newCluster(t)
+	const svc = "uns-svc"
+	dom := orchestrator.Domain[order]{Name: "uns-dom", OnNext: orchestrator.Sequence[order](orchestrator.Step{Service: svc, Endpoint: "a"}, orchestrator.Step{Service: svc, Endpoint: "b"})}
+	ensureTopics(t, brokers, topics.CommandTopic(svc), topics.CallbackTopic(dom.Name))
+	resp := startResponder(t, brokers, []string{topics.CommandTopic(svc)}, func(cmd *topics.Envelope) *topics.Envelope {
+		return reply(cmd, topics.OutcomeOK, nil, "")
+	})
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	o, err := orchestrator.New("uns-orders", dom, orchestrator.WithBrokers(brokers...), orchestrator.WithoutRecovery(), orchestrator.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runOrch(t, o)
+	txID, err := o.Start(context.Background(), order{ID: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTerminal(t, o, []string{txID}, 30*time.Second)
+	row, err := o.Store().LoadTransaction(context.Background(), o.Scope(), txID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := telemetry.ParseTraceParent(row.TraceParent)
+	if row.TraceID != "" || !sc.IsValid() || sc.IsSampled() {
+		t.Fatalf("row TraceID %q TraceParent %q", row.TraceID, row.TraceParent)
+	}
+	cmds := resp.commands()
+	if len(cmds) != 2 {
+		t.Fatalf("%d commands", len(cmds))
+	}
+	for _, c := range cmds {
+		if got := telemetry.ParseTraceParent(c.Trace["traceparent"]); got.TraceID() != sc.TraceID() || got.IsSampled() {
+			t.Errorf("command %s trace %v, want the saga's unsampled trace", c.Endpoint, c.Trace)
+		}
+	}
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Fatalf("%d spans for an unsampled saga", n)
+	}
+}

@@ -1,0 +1,170 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+)
+
+// KafkaMetrics returns a franz-go option whose hooks report the client's
+// metrics through mp: messages produced and fetched per topic, produce
+// request latency, bytes written and read, connections opened and closed
+// (see the MetricKafka* names). clientID is the messaging.client.id
+// attribute that tells the clients of one process apart. The orchestrator
+// and the worker add it to their clients when given a MeterProvider; it is
+// exported for other franz-go clients of the same service.
+//
+// It is StackSaga's OpenTelemetry equivalent of franz-go's plugin/kprom:
+// the instruments go through the OpenTelemetry metrics API (so any exporter
+// works, not only Prometheus) under the semantic conventions' messaging
+// names where they exist. franz-go's plugin/kotel meter reports under older
+// names (messaging.kafka.*.count) without telling clients apart.
+func KafkaMetrics(mp metric.MeterProvider, clientID string) (kgo.Opt, error) {
+	if mp == nil {
+		return nil, errors.New("telemetry: KafkaMetrics: nil MeterProvider")
+	}
+	m := mp.Meter(ScopeName + "/kafka")
+	h := &kafkaHooks{}
+	var errs []error
+	var err error
+	h.sent, err = m.Int64Counter(MetricKafkaSent, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages produced by a Kafka client, by topic."))
+	errs = append(errs, err)
+	h.consumed, err = m.Int64Counter(MetricKafkaConsumed, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages fetched by a Kafka client, by topic."))
+	errs = append(errs, err)
+	h.opDur, err = m.Float64Histogram(MetricKafkaOperationDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of a Kafka client's produce requests, from write to response."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	errs = append(errs, err)
+	h.io, err = m.Int64Counter(MetricKafkaIO, metric.WithUnit("By"),
+		metric.WithDescription("Bytes a Kafka client wrote to (transmit) and read from (receive) brokers."))
+	errs = append(errs, err)
+	h.connects, err = m.Int64Counter(MetricKafkaConnects, metric.WithUnit("{connection}"),
+		metric.WithDescription("Broker connections a Kafka client opened; failures carry error.type."))
+	errs = append(errs, err)
+	h.disconnects, err = m.Int64Counter(MetricKafkaDisconnects, metric.WithUnit("{connection}"),
+		metric.WithDescription("Broker connections a Kafka client closed."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("telemetry: Kafka metrics: %w", err)
+	}
+	client := semconv.MessagingClientID(clientID)
+	h.client = attribute.NewSet(semconv.MessagingSystemKafka, client)
+	h.tx = attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionTransmit)
+	h.rx = attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionReceive)
+	h.send = attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.MessagingOperationName("send"), semconv.MessagingOperationTypeSend)
+	h.clientKV = client
+	return kgo.WithHooks(h), nil
+}
+
+// kafkaHooks implements the kgo hooks behind KafkaMetrics.
+type kafkaHooks struct {
+	sent, consumed, io, connects, disconnects metric.Int64Counter
+	opDur                                     metric.Float64Histogram
+
+	clientKV             attribute.KeyValue
+	client, tx, rx, send attribute.Set
+	topics               sync.Map // topicOp -> attribute.Set
+}
+
+type topicOp struct{ topic, op string }
+
+var (
+	_ kgo.HookBrokerConnect       = (*kafkaHooks)(nil)
+	_ kgo.HookBrokerDisconnect    = (*kafkaHooks)(nil)
+	_ kgo.HookBrokerE2E           = (*kafkaHooks)(nil)
+	_ kgo.HookProduceBatchWritten = (*kafkaHooks)(nil)
+	_ kgo.HookFetchBatchRead      = (*kafkaHooks)(nil)
+)
+
+// produceKey is the Kafka API key of Produce requests.
+const produceKey = 0
+
+func (h *kafkaHooks) topicSet(topic, op string) attribute.Set {
+	k := topicOp{topic, op}
+	if s, ok := h.topics.Load(k); ok {
+		return s.(attribute.Set)
+	}
+	typ := semconv.MessagingOperationTypeSend
+	if op == "receive" {
+		typ = semconv.MessagingOperationTypeReceive
+	}
+	s := attribute.NewSet(semconv.MessagingSystemKafka, h.clientKV, semconv.MessagingDestinationName(topic),
+		semconv.MessagingOperationName(op), typ)
+	h.topics.Store(k, s)
+	return s
+}
+
+// OnBrokerConnect counts a connection opened, or failed.
+func (h *kafkaHooks) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		h.connects.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(
+			semconv.MessagingSystemKafka, h.clientKV, semconv.ErrorTypeKey.String(ErrorType(err)))))
+		return
+	}
+	h.connects.Add(context.Background(), 1, metric.WithAttributeSet(h.client))
+}
+
+// OnBrokerDisconnect counts a connection closed.
+func (h *kafkaHooks) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) {
+	h.disconnects.Add(context.Background(), 1, metric.WithAttributeSet(h.client))
+}
+
+// OnBrokerE2E counts the bytes of a request and its response, and times
+// produce requests.
+func (h *kafkaHooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	ctx := context.Background()
+	if e2e.BytesWritten > 0 {
+		h.io.Add(ctx, int64(e2e.BytesWritten), metric.WithAttributeSet(h.tx))
+	}
+	if e2e.BytesRead > 0 {
+		h.io.Add(ctx, int64(e2e.BytesRead), metric.WithAttributeSet(h.rx))
+	}
+	if key != produceKey {
+		return
+	}
+	set := h.send
+	if err := e2e.Err(); err != nil {
+		set = attribute.NewSet(append(set.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...)
+	}
+	h.opDur.Record(ctx, e2e.DurationE2E().Seconds(), metric.WithAttributeSet(set))
+}
+
+// OnProduceBatchWritten counts the records of a batch the broker accepted.
+func (h *kafkaHooks) OnProduceBatchWritten(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.ProduceBatchMetrics) {
+	h.sent.Add(context.Background(), int64(m.NumRecords), metric.WithAttributeSet(h.topicSet(topic, "send")))
+}
+
+// OnFetchBatchRead counts the records of a fetched batch.
+func (h *kafkaHooks) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.FetchBatchMetrics) {
+	h.consumed.Add(context.Background(), int64(m.NumRecords), metric.WithAttributeSet(h.topicSet(topic, "receive")))
+}
+
+// ErrorType is the error.type attribute value of err: a Kafka error's
+// name, "timeout" for deadlines, "canceled", or the semantic conventions'
+// "_OTHER".
+func ErrorType(err error) string {
+	var ke *kerr.Error
+	var ne net.Error
+	switch {
+	case errors.As(err, &ke):
+		return ke.Message
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	}
+	return semconv.ErrorTypeOther.Value.AsString()
+}

@@ -1,0 +1,238 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stacksaga-go/stacksaga/eventstore/memory"
+	"github.com/stacksaga-go/stacksaga/telemetry"
+	"github.com/stacksaga-go/stacksaga/topics"
+	"github.com/stacksaga-go/stacksaga/worker"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
+)
+
+var _ worker.MetricsRegisterer = (*writeprotect.Guard)(nil)
+
+// collect reads every metric of r by name.
+func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// total sums the data points of m (a histogram's counts) whose attributes
+// include match.
+func total(m metricdata.Metrics, match ...attribute.KeyValue) float64 {
+	has := func(set attribute.Set) bool {
+		for _, kv := range match {
+			if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
+				return false
+			}
+		}
+		return true
+	}
+	var n float64
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			if has(p.Attributes) {
+				n += float64(p.Value)
+			}
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			if has(p.Attributes) {
+				n += float64(p.Count)
+			}
+		}
+	}
+	return n
+}
+
+// A worker with a MeterProvider reports handler latency by endpoint and
+// outcome, commands processed, dead letters by reason, its guard's
+// duplicates and its Kafka client's messages; the callbacks stop with Run.
+func TestWorkerMetrics(t *testing.T) {
+	e := newKfake(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	g, err := writeprotect.New(memory.New(), writeprotect.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.newWorker(worker.WithMeterProvider(mp), worker.WithGuard(g))
+	registerPayment(t, w)
+	stop := e.start(w)
+
+	ok := e.cmd("tx-ok", "charge", 0, topics.KindProcess, Order{ID: "o1", Amount: 10})
+	e.send(ok, ok) // the second is a duplicate the guard skips
+	e.send(e.cmd("tx-bad", "charge", 0, topics.KindProcess, Order{ID: "o2", Amount: -1}))
+	e.send(e.cmd("tx-unknown", "nope", 0, topics.KindProcess, Order{ID: "o3"}))
+	e.sendRaw(&kgo.Record{Key: []byte("junk"), Value: []byte("not msgpack")})
+	e.waitFor("replies and dead letters", func(rs []*topics.Envelope, dlts []*kgo.Record) bool {
+		return len(rs) >= 4 && len(dlts) >= 2
+	})
+	waitStats(t, w, worker.Stats{Processed: 3, DeadLettered: 2})
+
+	ms := collect(t, reader)
+	svc := telemetry.AttrService.String(service)
+	for _, c := range []struct {
+		name  string
+		match []attribute.KeyValue
+		want  float64
+	}{
+		{telemetry.MetricHandlerDuration, []attribute.KeyValue{svc, telemetry.AttrEndpoint.String("charge"), telemetry.AttrStepKind.String("process"), telemetry.AttrOutcome.String("ok")}, 1},
+		{telemetry.MetricHandlerDuration, []attribute.KeyValue{telemetry.AttrOutcome.String("non_retryable")}, 1},
+		{telemetry.MetricCommandsProcessed, []attribute.KeyValue{svc}, 3},
+		{telemetry.MetricHandlerPanics, nil, 0},
+		{telemetry.MetricGuardExecutions, []attribute.KeyValue{svc}, 2},
+		{telemetry.MetricGuardDuplicatesSkipped, []attribute.KeyValue{svc}, 1},
+		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrComponent.String("worker"), telemetry.AttrDeadLetterReason.String(worker.ReasonUndecodable)}, 1},
+		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrDeadLetterReason.String(worker.ReasonUnknownEndpoint)}, 1},
+	} {
+		if got := total(ms[c.name], c.match...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.match, got, c.want)
+		}
+	}
+	if got := total(ms[telemetry.MetricKafkaConsumed]); got < 5 {
+		t.Errorf("%s = %v, want at least the 5 commands", telemetry.MetricKafkaConsumed, got)
+	}
+	// 4 replies (the duplicate's too) and 2 dead letters.
+	if got := total(ms[telemetry.MetricKafkaSent]); got < 6 {
+		t.Errorf("%s = %v, want at least 6", telemetry.MetricKafkaSent, got)
+	}
+	if got := total(ms[telemetry.MetricKafkaConnects]); got == 0 {
+		t.Errorf("%s = 0", telemetry.MetricKafkaConnects)
+	}
+
+	stop()
+	ms = collect(t, reader)
+	for _, name := range []string{telemetry.MetricCommandsProcessed, telemetry.MetricGuardDuplicatesSkipped} {
+		if m, ok := ms[name]; ok && total(m) != 0 {
+			t.Errorf("%s still reported after Run returned", name)
+		}
+	}
+}
+
+// A worker with a TracerProvider runs each delivery in a span that is a
+// child of the span in the command's trace context; the handler's context
+// holds it and the reply carries it back.
+func TestWorkerTraceContext(t *testing.T) {
+	e := newKfake(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	w := e.newWorker(worker.WithTracerProvider(tp))
+	handled := make(chan trace.SpanContext, 1)
+	if err := worker.Register(w, worker.Endpoint[Order]{Name: "trace", Process: func(ctx context.Context, _ *worker.Step, o Order) (Order, error) {
+		handled <- trace.SpanContextFromContext(ctx)
+		return o, nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	e.start(w)
+
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	cmd := e.cmd("tx-trace", "trace", 2, topics.KindProcess, Order{ID: "o"})
+	cmd.Trace = map[string]string{"traceparent": parent}
+	e.send(cmd)
+	rep := e.reply("tx-trace", 2, topics.KindProcess)
+	var inHandler trace.SpanContext
+	select {
+	case inHandler = <-handled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler not called")
+	}
+	var spans tracetest.SpanStubs
+	waitForCond(t, "the worker span", func() bool { spans = exp.GetSpans(); return len(spans) == 1 })
+	s := spans[0]
+	if s.Name != "process trace" || s.SpanKind != trace.SpanKindConsumer {
+		t.Errorf("span %q kind %v", s.Name, s.SpanKind)
+	}
+	if s.Parent.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || s.Parent.SpanID().String() != "00f067aa0ba902b7" || !s.Parent.IsRemote() {
+		t.Errorf("span parent %v, want the command's traceparent", s.Parent)
+	}
+	if inHandler.SpanID() != s.SpanContext.SpanID() {
+		t.Errorf("handler's span %v, want the worker span %v", inHandler.SpanID(), s.SpanContext.SpanID())
+	}
+	want := telemetry.TraceParent(s.SpanContext)
+	if rep.Trace["traceparent"] != want {
+		t.Errorf("reply traceparent %q, want the worker span's %q", rep.Trace["traceparent"], want)
+	}
+	attrs := map[attribute.Key]string{}
+	for _, kv := range s.Attributes {
+		attrs[kv.Key] = kv.Value.String()
+	}
+	for k, v := range map[attribute.Key]string{
+		telemetry.AttrTxID: "tx-trace", telemetry.AttrStepSpan: "2", telemetry.AttrOutcome: "ok", telemetry.AttrDuplicate: "",
+		"messaging.destination.name": commandTopic, "messaging.system": "kafka",
+	} {
+		if attrs[k] != v {
+			t.Errorf("span attribute %s = %q, want %q", k, attrs[k], v)
+		}
+	}
+}
+
+// Without a TracerProvider the worker leaves trace context alone: the
+// reply carries the command's, as it always did.
+func TestWorkerTelemetryOff(t *testing.T) {
+	e := newKfake(t)
+	w := e.newWorker()
+	registerPayment(t, w)
+	e.start(w)
+	cmd := e.cmd("tx-off", "charge", 0, topics.KindProcess, Order{ID: "o", Amount: 1})
+	cmd.Trace = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	e.send(cmd)
+	if rep := e.reply("tx-off", 0, topics.KindProcess); rep.Trace["traceparent"] != cmd.Trace["traceparent"] || len(rep.Trace) != 1 {
+		t.Fatalf("reply trace %v, want the command's %v", rep.Trace, cmd.Trace)
+	}
+}
+
+func waitForCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A command of a saga whose trace is not sampled gets no span, and the
+// reply carries the sender's context unchanged.
+func TestWorkerFollowsUnsampledSaga(t *testing.T) {
+	e := newKfake(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	w := e.newWorker(worker.WithTracerProvider(tp))
+	registerPayment(t, w)
+	e.start(w)
+	const unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+	cmd := e.cmd("tx-unsampled", "charge", 0, topics.KindProcess, Order{ID: "o", Amount: 1})
+	cmd.Trace = map[string]string{"traceparent": unsampled}
+	e.send(cmd)
+	if rep := e.reply("tx-unsampled", 0, topics.KindProcess); rep.Trace["traceparent"] != unsampled {
+		t.Fatalf("reply trace %v, want the unsampled %s", rep.Trace, unsampled)
+	}
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Fatalf("%d spans for an unsampled saga", n)
+	}
+}
