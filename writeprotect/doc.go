@@ -204,8 +204,8 @@
 // steps, when commits were plain writes). The conditional commit's own
 // Paxos round first finishes any unfinished round on the partition, and
 // its ballot is newer than any re-proposal's: later rounds find the
-// commit, never the lease. Cost: one LWT per STRICT commit, the same as
-// the plain write and the confirming LWT it replaces less the write.
+// commit, never the lease. Cost: one LWT per STRICT commit, where a plain
+// write and a confirming LWT were two statements.
 //
 // # Late duplicates after the saga ended
 //

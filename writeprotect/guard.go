@@ -287,8 +287,8 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 }
 
 // strict runs the step under an exclusive lease: INSERT ... IF NOT EXISTS
-// USING TTL lease, run, then commit the marker (retention TTL) with the
-// reply and confirm the commit.
+// USING TTL lease, run, then commit the lease (retention TTL) with the
+// reply, on condition that it is still the execution's own (see commit).
 func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 	key := markerKey(x.cmd, x.cmd.Kind)
 	owner := x.owner()
