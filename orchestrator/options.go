@@ -51,6 +51,9 @@ type config struct {
 
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
+	groupType      topics.GroupType
+	share          topics.ShareSettings
+	claimLease     time.Duration
 }
 
 func defaultConfig() config {
@@ -80,7 +83,44 @@ func (c *config) group(scope eventstore.Scope, domain string) string {
 	if c.groupID != "" {
 		return c.groupID
 	}
-	return topics.Prefix + "." + scope.Region + "." + scope.Cluster + "." + scope.Service + "." + domain + ".orchestrator"
+	g := topics.Prefix + "." + scope.Region + "." + scope.Cluster + "." + scope.Service + "." + domain + ".orchestrator"
+	if c.groupType == topics.GroupShare {
+		g += ".share" // a group id is either a consumer or a share group
+	}
+	return g
+}
+
+// DefaultClaimLease is how long a share-group orchestrator holds its claim
+// on a saga version while it applies a reply (WithClaimLease).
+const DefaultClaimLease = 10 * time.Second
+
+// WithGroupType chooses how the orchestrator consumes the domain's callback
+// topic, overriding topics.GroupConsumer. With topics.GroupShare its
+// instances join a Kafka share group (KIP-932, Kafka 4.2+): any number of
+// them share the callback topic's partitions, and replies of one saga may
+// reach several instances at once, so every transition is fenced (see
+// "Share groups" in the package documentation). The default group becomes
+// "….orchestrator.share". An unknown type makes New fail.
+func WithGroupType(g topics.GroupType) Option {
+	return optFunc(func(c *config) { c.groupType = g })
+}
+
+// WithShareSettings sets the share group's delivery limit and acquisition
+// lock (default: 5 deliveries, the broker's 30s lock), applied when Run
+// starts. Only with WithGroupType(topics.GroupShare); out-of-range values
+// make New fail.
+func WithShareSettings(s topics.ShareSettings) Option {
+	return optFunc(func(c *config) { c.share = s })
+}
+
+// WithClaimLease sets how long a share-group orchestrator holds the claim
+// on the saga version it is advancing (DefaultClaimLease, 10s; whole
+// seconds, at least 1s): another instance holding a reply of the same
+// version releases it for later while the claim lives, and takes over once
+// it expired if the saga did not move (the claimer died). Choose it longer
+// than a transition can take (publish and persist).
+func WithClaimLease(d time.Duration) Option {
+	return optFunc(func(c *config) { c.claimLease = d })
 }
 
 // WithBrokers sets the Kafka seed brokers. Required unless WithKafkaOpts

@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -58,14 +59,17 @@ var (
 
 // Orchestrator drives the sagas of one domain for one service.
 type Orchestrator[T any] struct {
-	service string
-	domain  Domain[T]
-	cfg     config
-	store   eventstore.Store
-	scope   eventstore.Scope
-	code    uint16
-	prod    *kgo.Client // commands and dead letters; made by New
-	cbTopic string
+	// instance names this orchestrator in the reply claims of a share
+	// group (unique per New).
+	instance string
+	service  string
+	domain   Domain[T]
+	cfg      config
+	store    eventstore.Store
+	scope    eventstore.Scope
+	code     uint16
+	prod     *kgo.Client // commands and dead letters; made by New
+	cbTopic  string
 
 	locks [4096]sync.Mutex
 	seed  maphash.Seed
@@ -157,6 +161,21 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	if cfg.concurrency < 1 {
 		errs = append(errs, fmt.Errorf("orchestrator: WithConcurrency(%d): want at least 1", cfg.concurrency))
 	}
+	if cfg.groupType == "" {
+		cfg.groupType = topics.GroupConsumer
+	}
+	if !cfg.groupType.Valid() {
+		errs = append(errs, fmt.Errorf("orchestrator: WithGroupType(%q): want %s or %s", cfg.groupType, topics.GroupConsumer, topics.GroupShare))
+	}
+	if err := cfg.share.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("orchestrator: WithShareSettings: %w", err))
+	}
+	if cfg.claimLease == 0 {
+		cfg.claimLease = DefaultClaimLease
+	}
+	if cfg.claimLease < time.Second {
+		errs = append(errs, fmt.Errorf("orchestrator: WithClaimLease(%v): want at least 1s", cfg.claimLease))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -171,16 +190,17 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		domain.OnNextRevert = ReverseCompensation[T]
 	}
 	o := &Orchestrator[T]{
-		service: service,
-		domain:  domain,
-		cfg:     cfg,
-		store:   cfg.store,
-		scope:   eventstore.Scope{Region: cfg.region, Cluster: cfg.cluster, Service: service},
-		code:    code,
-		cbTopic: topics.CallbackTopic(domain.Name),
-		seed:    maphash.MakeSeed(),
-		running: make(chan struct{}),
-		done:    make(chan struct{}),
+		instance: uuid.NewString(),
+		service:  service,
+		domain:   domain,
+		cfg:      cfg,
+		store:    cfg.store,
+		scope:    eventstore.Scope{Region: cfg.region, Cluster: cfg.cluster, Service: service},
+		code:     code,
+		cbTopic:  topics.CallbackTopic(domain.Name),
+		seed:     maphash.MakeSeed(),
+		running:  make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	if err := o.initTelemetry(); err != nil {
 		return nil, err
@@ -289,10 +309,14 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	cons, err := kgo.NewClient(o.baseOpts(append([]kgo.Opt{
+	consumerOpts := append([]kgo.Opt{
 		kgo.ConsumerGroup(o.cfg.group(o.scope, o.domain.Name)),
 		kgo.ConsumeTopics(o.cbTopic),
-	}, kafkaloop.ClientOpts()...)...)...)
+	}, kafkaloop.ClientOpts()...)
+	if o.cfg.groupType == topics.GroupShare {
+		consumerOpts = o.shareClientOpts()
+	}
+	cons, err := kgo.NewClient(o.baseOpts(consumerOpts...)...)
 	if err != nil {
 		return fmt.Errorf("orchestrator: kafka consumer: %w", err)
 	}
@@ -319,6 +343,13 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 			_ = o.engine.Run(ctx)
 		}()
 		defer func() { <-engineDone }()
+	}
+	if o.cfg.groupType == topics.GroupShare {
+		err = o.runShare(ctx, pctx, cons)
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	o.runOnce.Do(func() { close(o.running) })
 	err = kafkaloop.Run(ctx, cons, func(_ context.Context, r *kgo.Record) error {

@@ -58,7 +58,10 @@ func (n names) saga() orchestrator.Domain[Order] {
 var errRejected = errors.New("address rejected")
 
 // start runs the three worker services and the orchestrator in env.
-func start(env *sagatest.Env, n names) *orchestrator.Orchestrator[Order] {
+func start(env *sagatest.Env, n names) *orchestrator.Orchestrator[Order] { return startWith(env, n) }
+
+// startWith is start with options for the orchestrator.
+func startWith(env *sagatest.Env, n names, opts ...orchestrator.Option) *orchestrator.Orchestrator[Order] {
 	step := func(name string, do, undo func(*Order)) worker.Endpoint[Order] {
 		return worker.Endpoint[Order]{
 			Name: name,
@@ -84,7 +87,7 @@ func start(env *sagatest.Env, n names) *orchestrator.Orchestrator[Order] {
 	sagatest.Worker(env, n.shipping, func(w *worker.Worker) error {
 		return worker.Register(w, step("ship", func(o *Order) { o.Shipped = true }, func(o *Order) { o.Shipped = false }))
 	})
-	return sagatest.Orchestrator(env, n.order, n.saga())
+	return sagatest.Orchestrator(env, n.order, n.saga(), opts...)
 }
 
 // run starts count sagas, every rejectEvery-th one rejected (0: none), and

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
 )
@@ -47,6 +48,10 @@ type config struct {
 	restartEvery int
 	crashEvery   int
 	reorder      bool
+	groupType    topics.GroupType
+	workerGroups map[string]topics.GroupType
+	share        topics.ShareSettings
+	instances    int
 }
 
 // WithKafka runs the env on a real Kafka cluster instead of an in-process
@@ -174,3 +179,38 @@ func CrashWorkersEvery(n int) Option { return optFunc(func(c *config) { c.crashE
 // stale reply after a newer one, which it must ignore. Duplicates of a
 // reply already relayed are relayed as they come. Default off.
 func ReorderReplies() Option { return optFunc(func(c *config) { c.reorder = true }) }
+
+// WithGroupType makes every worker and orchestrator of the env consume
+// with g (worker.WithGroupType, orchestrator.WithGroupType): test a saga
+// under topics.GroupShare as well as under topics.GroupConsumer (the
+// default). With share groups there is no per-saga order and every
+// delivery may go to any instance, so run them with STRICT write
+// protection. RestartWorkersEvery, CrashWorkersEvery and Service.Restart
+// rewind consumer-group offsets and are refused with share groups.
+func WithGroupType(g topics.GroupType) Option {
+	return optFunc(func(c *config) { c.groupType = g })
+}
+
+// WithWorkerGroupType overrides the group type of one worker service (a
+// saga whose steps are served by share-group and consumer-group workers).
+func WithWorkerGroupType(service string, g topics.GroupType) Option {
+	return optFunc(func(c *config) {
+		if c.workerGroups == nil {
+			c.workerGroups = map[string]topics.GroupType{}
+		}
+		c.workerGroups[service] = g
+	})
+}
+
+// WithShareSettings sets the share groups' delivery limit and acquisition
+// lock (topics.ShareSettings) for every share-group worker and
+// orchestrator of the env. Default: the broker's (5 deliveries, 30s).
+func WithShareSettings(s topics.ShareSettings) Option {
+	return optFunc(func(c *config) { c.share = s })
+}
+
+// WorkerInstances runs every worker service as n instances in one group
+// (default 1): with a share group they all work every partition, with a
+// consumer group they split the partitions. It cannot be combined with
+// TwinWorkers.
+func WorkerInstances(n int) Option { return optFunc(func(c *config) { c.instances = n }) }

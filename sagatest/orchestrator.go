@@ -48,6 +48,9 @@ func Orchestrator[T any](e *Env, service string, d orchestrator.Domain[T], opts 
 		orchestrator.WithLogger(e.log),
 		orchestrator.WithProvision(e.provision()),
 	}
+	if e.cfg.groupType == topics.GroupShare {
+		all = append(all, orchestrator.WithGroupType(topics.GroupShare), orchestrator.WithShareSettings(e.cfg.share))
+	}
 	all = append(all, opts...)
 	all = append(all, orchestrator.WithBrokers(e.brokers...), orchestrator.WithGroup(group))
 	o, err := orchestrator.New(service, d, all...)
@@ -57,7 +60,7 @@ func Orchestrator[T any](e *Env, service string, d orchestrator.Domain[T], opts 
 	}
 	e.mu.Lock()
 	_, dup := e.orchs[group]
-	e.orchs[group] = orchRef{group: group, topic: callback, scope: o.Scope(), domain: d.Name, store: o.Store()}
+	e.orchs[group] = orchRef{group: group, topic: callback, scope: o.Scope(), domain: d.Name, store: o.Store(), share: o.GroupType() == topics.GroupShare}
 	e.mu.Unlock()
 	if dup {
 		_ = o.Close()

@@ -63,13 +63,25 @@ func Worker(e *Env, service string, register func(w *worker.Worker) error, opts 
 	if e.cfg.twins {
 		n = 2
 	}
+	share := e.workerGroupType(service) == topics.GroupShare
+	if share && (e.cfg.restartEvery > 0 || e.cfg.crashEvery > 0) {
+		e.t.Fatalf("sagatest: worker %s: RestartWorkersEvery and CrashWorkersEvery rewind consumer-group offsets: not with share groups", service)
+		return nil
+	}
+	if e.cfg.instances > 1 {
+		if e.cfg.twins {
+			e.t.Fatalf("sagatest: WorkerInstances and TwinWorkers do not combine")
+			return nil
+		}
+		n = e.cfg.instances
+	}
 	group := topics.Prefix + "." + service + ".worker"
 	for i := range n {
 		g := group
-		if i == 1 {
+		if i == 1 && e.cfg.twins {
 			g += ".twin"
 		}
-		s.insts = append(s.insts, &instance{svc: s, idx: i, group: g})
+		s.insts = append(s.insts, &instance{svc: s, idx: i, group: g, share: share})
 	}
 	e.mu.Lock()
 	e.services[service] = s
@@ -96,6 +108,17 @@ func (s *Service) Name() string { return s.name }
 
 // Instances returns the number of instances (2 with TwinWorkers).
 func (s *Service) Instances() int { return len(s.insts) }
+
+// InstanceExecutions returns how many handler executions each instance of
+// the service ran (across its restarts), in instance order: with
+// WorkerInstances and a share group, whether every instance took part.
+func (s *Service) InstanceExecutions() []int64 {
+	out := make([]int64, len(s.insts))
+	for i, in := range s.insts {
+		out[i] = in.execs.Load()
+	}
+	return out
+}
 
 // Stats returns the sum of the worker.Stats of every instance, over every
 // restart.
@@ -164,6 +187,8 @@ type instance struct {
 	svc        *Service
 	idx        int
 	group      string
+	share      bool         // a share-group member (no committed offsets)
+	execs      atomic.Int64 // handler executions, across incarnations
 	sinceCrash atomic.Int64 // executions since the instance started or last crashed
 
 	mu      sync.Mutex // held while starting, stopping and restarting
@@ -183,7 +208,7 @@ type instance struct {
 // start makes and runs a new incarnation; in.mu is held.
 func (in *instance) start() error {
 	e := in.svc.env
-	if in.startedAt == nil {
+	if in.startedAt == nil && !in.share {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.timeout)
 		at, _, err := in.committed(ctx)
 		cancel()
@@ -210,6 +235,9 @@ func (in *instance) start() error {
 	opts := []worker.Option{worker.WithLogger(e.log)}
 	if e.kfake {
 		opts = append(opts, worker.WithKafkaOpts(kgo.FetchMaxWait(kfakeFetchMaxWait)))
+	}
+	if in.share {
+		opts = append(opts, worker.WithGroupType(topics.GroupShare), worker.WithShareSettings(e.cfg.share))
 	}
 	opts = append(opts, in.svc.opts...)
 	opts = append(opts,
@@ -288,6 +316,9 @@ func (in *instance) replace(g *instanceGuard, rewind bool) error {
 func (in *instance) replaceLocked(rewind bool) error {
 	if in.stopped || in.svc.env.ctx.Err() != nil {
 		return nil
+	}
+	if rewind && in.share {
+		return fmt.Errorf("sagatest: worker %s: a restart with redelivery rewinds consumer-group offsets: not with a share group", in.svc.name)
 	}
 	in.stop()
 	if rewind {
@@ -467,6 +498,7 @@ func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run f
 			panic(crashSignal{}) // crashed meanwhile: the handler never starts
 		}
 		n := g.execs.Add(1)
+		g.in.execs.Add(1)
 		if c := int64(e.cfg.crashEvery); c > 0 && g.in.sinceCrash.Add(1) == c {
 			g.in.sinceCrash.Store(0)
 			if e.crashes.Add(1)%2 == 1 {
@@ -579,4 +611,22 @@ func fetchOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.Off
 		}
 		delay = min(2*delay, time.Second)
 	}
+}
+
+// workerGroupType is the group type of the workers of service.
+func (e *Env) workerGroupType(service string) topics.GroupType {
+	if g, ok := e.cfg.workerGroups[service]; ok {
+		return g
+	}
+	if e.cfg.groupType != "" {
+		return e.cfg.groupType
+	}
+	return topics.GroupConsumer
+}
+
+// Service returns the worker service started with that name, or nil.
+func (e *Env) Service(name string) *Service {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.services[name]
 }

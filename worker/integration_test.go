@@ -11,7 +11,11 @@ import (
 
 // newRealKafka gives a test its own service, domain and group on the real
 // Kafka of testenv, with the topics created.
-func newRealKafka(t *testing.T) *env {
+func newRealKafka(t *testing.T) *env { return newRealKafkaPartitions(t, 4) }
+
+// newRealKafkaPartitions is newRealKafka with topics of that many
+// partitions.
+func newRealKafkaPartitions(t *testing.T, partitions int32) *env {
 	t.Helper()
 	brokers := testenv.KafkaBrokers(t)
 	svc := testenv.UniqueName(t, "svc")
@@ -21,7 +25,7 @@ func newRealKafka(t *testing.T) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	e := &env{t: t, brokers: brokers}
-	if err := topics.Ensure(ctx, newAdminFor(t, e), names, topics.Provision{Partitions: 4}); err != nil {
+	if err := topics.Ensure(ctx, newAdminFor(t, e), names, topics.Provision{Partitions: partitions}); err != nil {
 		t.Fatal(err)
 	}
 	return newEnv(t, brokers, svc, dom, group)

@@ -42,6 +42,9 @@ type config struct {
 	cluster        string
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
+	groupType      topics.GroupType
+	groupSet       bool
+	share          topics.ShareSettings
 }
 
 // WithBrokers sets the seed brokers, overriding kgo's default
@@ -83,7 +86,7 @@ func WithMaxRecordBytes(n int) Option {
 // WithGroup sets the consumer group, overriding "stacksaga.<service>.worker".
 // Every instance of a service must use the same group.
 func WithGroup(id string) Option {
-	return option(func(c *config) { c.group = id })
+	return option(func(c *config) { c.group, c.groupSet = id, true })
 }
 
 // WithProvision sets how Run creates the command topic and its dead-letter
@@ -117,4 +120,23 @@ func WithRegion(region string) Option {
 // used in logs and available to guards through Cluster.
 func WithCluster(cluster string) Option {
 	return option(func(c *config) { c.cluster = cluster })
+}
+
+// WithGroupType chooses how the worker consumes its command topic,
+// overriding topics.GroupConsumer: topics.GroupShare joins a Kafka share
+// group (KIP-932, Kafka 4.2+), so that any number of instances work one
+// partition, each command acknowledged on its own (see the package
+// documentation, "Share groups"). The default group becomes
+// "stacksaga.<service>.worker.share" (a group id is either a consumer or a
+// share group). An unknown type makes New fail.
+func WithGroupType(g topics.GroupType) Option {
+	return option(func(c *config) { c.groupType = g })
+}
+
+// WithShareSettings sets the share group's delivery limit and acquisition
+// lock (topics.ShareSettings; default: 5 deliveries, the broker's lock of
+// 30s), applied to the group when Run starts. It only matters with
+// WithGroupType(topics.GroupShare). Out-of-range values make New fail.
+func WithShareSettings(s topics.ShareSettings) Option {
+	return option(func(c *config) { c.share = s })
 }

@@ -201,6 +201,18 @@ func New(service string, opts ...Option) (*Worker, error) {
 	if cfg.guard == nil {
 		errs = append(errs, errors.New("worker: nil guard"))
 	}
+	if cfg.groupType == "" {
+		cfg.groupType = topics.GroupConsumer
+	}
+	if !cfg.groupType.Valid() {
+		errs = append(errs, fmt.Errorf("worker: group type %q (want %s or %s)", cfg.groupType, topics.GroupConsumer, topics.GroupShare))
+	}
+	if err := cfg.share.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("worker: share settings: %w", err))
+	}
+	if cfg.groupType == topics.GroupShare && !cfg.groupSet {
+		cfg.group += ".share"
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -284,6 +296,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			return err
 		}
+	}
+	if w.cfg.groupType == topics.GroupShare {
+		if err := w.runShare(ctx); err != nil && ctx.Err() == nil {
+			return err
+		}
+		return nil
 	}
 	cl, err := kgo.NewClient(w.clientOpts()...)
 	if err != nil {
@@ -505,10 +523,14 @@ func (w *Worker) reject(ctx context.Context, cl *kgo.Client, r *kgo.Record, reas
 	if err := w.deadLetter(ctx, cl, r, reason); err != nil {
 		return err
 	}
-	if rec == nil {
-		return nil
+	if rec != nil {
+		if err := w.deliver(ctx, cl, r, &outgoing{rec: rec, notice: true}); err != nil {
+			return err
+		}
 	}
-	return w.deliver(ctx, cl, r, &outgoing{rec: rec, notice: true})
+	// Dead-lettered for good: a share group rejects it (the classic loop
+	// counts it as done).
+	return kafkaloop.Rejected(reason)
 }
 
 // deliver produces out, the reply for r, and returns nil once it is durable
@@ -534,6 +556,8 @@ func (w *Worker) deliver(ctx context.Context, cl *kgo.Client, r *kgo.Record, out
 		}
 		w.undeliverable.Add(1)
 		w.log.Error("worker: reply undeliverable, dead-lettered the command (its handler ran)", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reply_to", out.rec.Topic, "err", err)
+		w.dropPending(r)
+		return kafkaloop.Rejected(ReasonReplyUndeliverable) // dead-lettered: a share group rejects it
 	}
 	w.dropPending(r)
 	return nil

@@ -73,6 +73,7 @@ type options struct {
 	suffix      string
 	duplicates  int
 	mode        string
+	groupType   string
 	timeout     time.Duration
 	quiet       bool
 	verbose     bool
@@ -109,6 +110,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.keyspace, "keyspace", "stacksaga_demo", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
 	fs.IntVar(&o.duplicates, "duplicates", 0, "deliver every command and every reply K extra times")
 	fs.StringVar(&o.mode, "mode", "relaxed", "write protection of the workers: strict (LWT leases), relaxed (RELAXED_WITH_DEDUP) or none")
+	fs.StringVar(&o.groupType, "group-type", "consumer", "how workers and orchestrator consume: consumer (consumer groups) or share (Kafka share groups, KIP-932)")
 	fs.StringVar(&o.suffix, "suffix", "", "suffix for every domain and service name (topics, groups), to share a broker with other runs")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for sagas after this long")
 	fs.Float64Var(&o.transientRate, "transient-rate", 0, "fraction of steps whose first attempt fails retryably (re-driven by recovery)")
@@ -161,6 +163,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	case "strict", "relaxed", "none":
 	default:
 		errs = append(errs, fmt.Errorf("--mode %q: want strict, relaxed or none", o.mode))
+	}
+	if _, err := topics.ParseGroupType(o.groupType); err != nil {
+		errs = append(errs, fmt.Errorf("--group-type %q: want consumer or share", o.groupType))
 	}
 	if o.duplicates < 0 {
 		errs = append(errs, errors.New("--duplicates must be at least 0"))
@@ -371,7 +376,8 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		names.Payment:   placeorder.RegisterPayment,
 		names.Shipping:  placeorder.RegisterShipping,
 	} {
-		wopts := []worker.Option{worker.WithBrokers(brokers...), worker.WithLogger(logger), worker.WithConcurrency(opts.concurrency)}
+		gt, _ := topics.ParseGroupType(opts.groupType) // checked by validate
+		wopts := []worker.Option{worker.WithBrokers(brokers...), worker.WithLogger(logger), worker.WithConcurrency(opts.concurrency), worker.WithGroupType(gt)}
 		if tel != nil {
 			wopts = append(wopts, worker.WithTracerProvider(tel.tracerProvider()), worker.WithMeterProvider(tel.meterProvider()))
 		}
@@ -428,7 +434,8 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		<-slots
 	}
 	recovering := opts.transientRate > 0 || opts.crashRate > 0 || opts.retryNodes > 0
-	var oopts []orchestrator.Option
+	gt, _ := topics.ParseGroupType(opts.groupType) // checked by validate
+	oopts := []orchestrator.Option{orchestrator.WithGroupType(gt)}
 	if tel != nil {
 		oopts = append(oopts, orchestrator.WithTracerProvider(tel.tracerProvider()), orchestrator.WithMeterProvider(tel.meterProvider()))
 	}

@@ -48,8 +48,9 @@ type stepView struct {
 	Finished time.Time         `json:"finished"`
 }
 
-func newAPI(o *orchestrator.Orchestrator[placeorder.Order]) http.Handler {
+func newAPI(o *orchestrator.Orchestrator[placeorder.Order], traceWindow http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mountTraceWindow(mux, traceWindow)
 	// The generic resume webhook: {"transaction_id", "correlation_key",
 	// "context"} (orchestrator.ResumeRequest).
 	mux.Handle("POST /sagas/resume", o.ResumeHandler())

@@ -8,6 +8,13 @@
 //	                   → 200 {"status":"resumed"}: the payment gateway's webhook
 //	POST /sagas/resume {"transaction_id":"…","correlation_key":"…","context":{…}}
 //	                   → the generic resume webhook (orchestrator.ResumeHandler)
+//	GET  /trace-window/ → the Trace Window (package tracewindow): the sagas
+//	                   with their timelines, compensation trails and retry
+//	                   audit in the browser, and its JSON API under
+//	                   /trace-window/api/; read-only unless
+//	                   STACKSAGA_TRACE_WINDOW_TOKEN is set (then restore,
+//	                   re-drive, re-send and resume are offered, behind
+//	                   that bearer token)
 //
 // An order posted with "async_payment": true pauses after its payment step
 // (PAUSED, waiting for PAYMENT_AUTHORISATION, deadline 15 minutes) until
@@ -42,6 +49,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/tracewindow"
 )
 
 func main() {
@@ -50,14 +58,16 @@ func main() {
 	cass := flag.String("cassandra", os.Getenv("CASSANDRA_HOSTS"), "Cassandra contact points for the event store, comma-separated (default $CASSANDRA_HOSTS; empty: in-memory store, lost on restart)")
 	keyspace := flag.String("keyspace", "stacksaga_event_store", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
 	metricsAddr := flag.String("metrics-addr", os.Getenv(placeorder.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+placeorder.EnvMetricsAddr+"; empty: no metrics)")
+	traceLink := flag.String("trace-link", "", "the Trace Window links each saga's trace id with this URL template ({trace_id}, {tx_id}), e.g. http://127.0.0.1:16686/trace/{trace_id} for Jaeger")
 	flag.Parse()
-	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace, *metricsAddr); err != nil {
+	tw := traceWindowConfig{link: *traceLink, token: os.Getenv(envTraceWindowToken)}
+	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace, *metricsAddr, tw); err != nil {
 		slog.Error("order-service stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr string) error {
+func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr string, twc traceWindowConfig) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Traces when OTEL_EXPORTER_OTLP_ENDPOINT is set, metrics at
@@ -70,14 +80,15 @@ func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr st
 	if tel.MetricsURL != "" {
 		slog.Info("metrics", "url", tel.MetricsURL)
 	}
-	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, tel)
+	svc, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, tel, twc)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer svc.close()
+	o := svc.o
 	errc := make(chan error, 1)
 	go func() { errc <- o.Run(ctx) }()
-	srv := &http.Server{Addr: addr, Handler: newAPI(o), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: newAPI(o, svc.traceWindow), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -93,14 +104,23 @@ func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr st
 	return <-errc
 }
 
+// service is the order-service's orchestrator and its Trace Window.
+type service struct {
+	o           *orchestrator.Orchestrator[placeorder.Order]
+	traceWindow http.Handler
+	// close releases the store and the listing index (after o's Run).
+	close func()
+}
+
 // newOrchestrator builds the place-order orchestrator on Kafka brokers, with
 // the Cassandra event store when hosts are given (else the in-memory one),
-// traced and measured as tel says (nil: neither). It is a retry node too.
-// extra options come last (tests add a clock).
-func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keyspace string, tel *placeorder.Telemetry, extra ...orchestrator.Option) (*orchestrator.Orchestrator[placeorder.Order], func(), error) {
+// traced and measured as tel says (nil: neither), and its Trace Window. It
+// is a retry node too. extra options come last (tests add a clock).
+func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keyspace string, tel *placeorder.Telemetry, twc traceWindowConfig, extra ...orchestrator.Option) (*service, error) {
 	if tel == nil {
 		tel = &placeorder.Telemetry{}
 	}
+	var ccfg *cassandra.Config
 	opts := []orchestrator.Option{
 		orchestrator.WithBrokers(brokers...),
 		orchestrator.WithRetryNode(),
@@ -115,16 +135,17 @@ func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keys
 		cfg.Keyspace = keyspace
 		cfg.Replication = cassandra.SimpleReplication(1)
 		cfg.CreateSchema = true
+		ccfg = &cfg
 		store, err := cassandra.New(ctx, cfg)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		closeStore = func() { _ = store.Close() }
 		opts = append(opts, orchestrator.WithStore(store))
 		if tel.MeterProvider != nil {
 			if _, err := store.RegisterMetrics(tel.MeterProvider); err != nil {
 				closeStore()
-				return nil, nil, err
+				return nil, err
 			}
 		}
 	}
@@ -134,10 +155,22 @@ func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keys
 	if tel.MeterProvider != nil {
 		opts = append(opts, orchestrator.WithMeterProvider(tel.MeterProvider))
 	}
-	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(), append(opts, extra...)...)
+	idx, closeIndex, err := newListingIndex(ctx, ccfg)
 	if err != nil {
 		closeStore()
-		return nil, nil, err
+		return nil, err
 	}
-	return o, closeStore, nil
+	closeAll := func() { closeIndex(); closeStore() }
+	opts = append(opts, orchestrator.WithListener(tracewindow.Listener(idx, orderScope)))
+	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(), append(opts, extra...)...)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	tw, err := newTraceWindow(o, idx, twc)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return &service{o: o, traceWindow: tw, close: closeAll}, nil
 }

@@ -57,14 +57,15 @@ func serve(t *testing.T, brokers []string, cassandraHosts, keyspace string) (str
 func serveWith(t *testing.T, brokers []string, cassandraHosts, keyspace string, extra ...orchestrator.Option) (string, *orchestrator.Orchestrator[placeorder.Order], func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	o, closeStore, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, nil, extra...)
+	svc, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, nil, traceWindowConfig{token: testAdminToken}, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	o, closeStore := svc.o, svc.close
 	done := make(chan error, 1)
 	go func() { done <- o.Run(ctx) }()
 	<-o.Running()
-	srv := httptest.NewServer(newAPI(o))
+	srv := httptest.NewServer(newAPI(o, svc.traceWindow))
 	stopped := false
 	stop := func() {
 		if stopped {

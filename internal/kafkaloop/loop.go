@@ -123,6 +123,16 @@ type Options struct {
 	// any other failure: a permanent error then stalls its key (and the
 	// commits of its partition) until the handler succeeds.
 	DeadLetter func(ctx context.Context, r *kgo.Record, reason string) error
+
+	// DeliveryLimit (share mode only, RunShare) is the share group's
+	// delivery count limit (share.delivery.count.limit): a record that
+	// fails on its last delivery is dead-lettered and rejected instead of
+	// released (default DefaultDeliveryLimit, the broker's default).
+	DeliveryLimit int
+	// Released (share mode only, RunShare), if set, is called after a
+	// record was released for redelivery (why: "failed", "shutdown", ...);
+	// the redelivery may go to another member.
+	Released func(r *kgo.Record, why string)
 }
 
 func (o *Options) defaults() {
@@ -317,7 +327,8 @@ func (l *loop) run(e *entry) {
 	defer l.wg.Done()
 	r := e.rec
 	err := l.h(l.hctx, r)
-	if err == nil {
+	if err == nil || IsRejected(err) {
+		// A Rejected record was dead-lettered by its handler: done.
 		l.finish(e)
 		return
 	}

@@ -1,0 +1,304 @@
+package kafkaloop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Share mode: RunShare consumes as a member of a Kafka share group
+// (KIP-932, built with ShareClientOpts). The broker hands each record to
+// one member at a time under an acquisition lock, and every record is
+// acknowledged on its own:
+//
+//   - accept once its handler returned nil (its effects are durable);
+//   - release when the handler failed for a reason that may pass (the
+//     store or the broker unavailable, another instance busy with the same
+//     saga): the broker redelivers it, possibly to another member, and
+//     counts the delivery. The release waits a backoff that doubles with
+//     the record's delivery count, so a redelivery does not come back at
+//     once;
+//   - reject when it can never be processed: the handler returned a
+//     Permanent error (the record is first handed to Options.DeadLetter
+//     with the reason "permanent: <error>"), or a Rejected one (the handler
+//     dead-lettered it itself), or it failed on its last delivery
+//     (Options.DeliveryLimit, the group's share.delivery.count.limit; the
+//     reason is "delivery count limit of <n> reached: <error>"), so that a
+//     record that keeps failing lands in the dead-letter topic instead of
+//     being archived by the broker without a trace.
+//
+// There is no order: records of one key may reach several members at
+// once, and duplicates are the norm; handlers must fence what they change.
+// Within one poll, records of one key run one after the other; records of
+// different keys run concurrently, at most Options.Concurrency at once.
+//
+// A poll's records are all acknowledged before the next poll (kgo accepts
+// whatever a poll left unacknowledged when it polls again), so a slow record
+// holds back the next poll; Options.MaxPollRecords (which ShareClientOpts
+// also sends as the fetch's record limit) bounds a poll. A record whose
+// handler runs longer than the acquisition lock is redelivered to another
+// member meanwhile.
+//
+// Shutdown: when ctx ends, the records of the poll in hand that have not
+// started are released at once (another member gets them without waiting
+// for their lock), running handlers finish and are acknowledged, the
+// acknowledgements are flushed and RunShare returns. Close the client after
+// it: closing leaves the group and releases anything still held. A process
+// that dies (kill -9) leaves its records locked until the acquisition lock
+// times out; the broker then redelivers them.
+//
+// Options.RetryBudget and MaxBatchTime do not apply to share mode: the
+// delivery limit bounds the retries, and there are no rebalances to wait
+// for.
+
+// DefaultDeliveryLimit is Options.DeliveryLimit's default, the broker's
+// default group.share.delivery.count.limit.
+const DefaultDeliveryLimit = 5
+
+// DefaultShareMaxPollRecords is the default poll size of share mode: a
+// poll's records are all acknowledged before the next poll, so it is kept
+// near the concurrency.
+const DefaultShareMaxPollRecords = 256
+
+// ackFlushTimeout bounds the final flush of acknowledgements.
+const ackFlushTimeout = 10 * time.Second
+
+// RejectedError marks a handler error for a record the handler has already
+// dead-lettered (with its own reason): share mode rejects it without
+// calling Options.DeadLetter; the classic loop counts it as done. Build it
+// with Rejected.
+type RejectedError struct {
+	// Reason says why the record was dead-lettered.
+	Reason string
+}
+
+// Error returns "rejected: <reason>".
+func (e *RejectedError) Error() string { return "rejected: " + e.Reason }
+
+// Rejected returns a *RejectedError with reason.
+func Rejected(reason string) error { return &RejectedError{Reason: reason} }
+
+// IsRejected reports whether err, or an error it wraps, is a
+// *RejectedError.
+func IsRejected(err error) bool {
+	var re *RejectedError
+	return errors.As(err, &re)
+}
+
+// ShareClientOpts returns the kgo options RunShare relies on for the share
+// group: the producer settings of ProducerOpts (handlers may produce with
+// the consuming client) and the fetch's record limit, maxPollRecords (0:
+// DefaultShareMaxPollRecords). Add kgo.ShareGroup and kgo.ConsumeTopics.
+func ShareClientOpts(maxPollRecords int) []kgo.Opt {
+	if maxPollRecords <= 0 {
+		maxPollRecords = DefaultShareMaxPollRecords
+	}
+	return append(ProducerOpts(), kgo.ShareMaxRecords(int32(min(maxPollRecords, 1<<20))))
+}
+
+// RunShare consumes with cl, a share-group client (see ShareClientOpts),
+// until ctx ends; see "Share mode" above. It returns nil after a shutdown,
+// and an error only if the client was closed under it. One client serves
+// one RunShare at a time.
+func RunShare(ctx context.Context, cl *kgo.Client, h Handler, o Options) error {
+	if o.MaxPollRecords <= 0 {
+		o.MaxPollRecords = DefaultShareMaxPollRecords
+	}
+	o.defaults()
+	if o.DeliveryLimit <= 0 {
+		o.DeliveryLimit = DefaultDeliveryLimit
+	}
+	s := &shareLoop{cl: cl, h: h, o: o, hctx: context.WithoutCancel(ctx), sem: make(chan struct{}, o.Concurrency)}
+	defer s.flush()
+	for ctx.Err() == nil {
+		fetches := cl.PollRecords(ctx, o.MaxPollRecords)
+		if fetches.IsClientClosed() {
+			return errors.New("kafkaloop: client closed")
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				o.Logger.Warn("kafkaloop: share fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		if recs := fetches.Records(); len(recs) > 0 {
+			s.batch(ctx, recs)
+		}
+	}
+	return nil
+}
+
+type shareLoop struct {
+	cl   *kgo.Client
+	h    Handler
+	o    Options
+	hctx context.Context
+	sem  chan struct{}
+}
+
+// flush sends the acknowledgements still queued.
+func (s *shareLoop) flush() {
+	fctx, cancel := context.WithTimeout(context.Background(), ackFlushTimeout)
+	defer cancel()
+	if err := s.cl.FlushAcks(fctx); err != nil {
+		s.o.Logger.Warn("kafkaloop: flushing share acknowledgements failed", "err", err)
+	}
+}
+
+// batch handles and acknowledges every record of one poll, records of one
+// key in order, and returns when all are acknowledged.
+func (s *shareLoop) batch(ctx context.Context, recs []*kgo.Record) {
+	byKey := make(map[string][]*kgo.Record)
+	var keys []string
+	for _, r := range recs {
+		k := string(r.Key)
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], r)
+	}
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Add(1)
+		go func(rs []*kgo.Record) {
+			defer wg.Done()
+			for _, r := range rs {
+				s.one(ctx, r)
+			}
+		}(byKey[k])
+	}
+	wg.Wait()
+}
+
+// one handles r, unless ctx has ended (then it is released at once), and
+// acknowledges it.
+func (s *shareLoop) one(ctx context.Context, r *kgo.Record) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		s.release(r, "shutdown")
+		return
+	}
+	if ctx.Err() != nil {
+		<-s.sem
+		s.release(r, "shutdown")
+		return
+	}
+	err := s.h(s.hctx, r)
+	<-s.sem
+	s.settle(ctx, r, err)
+}
+
+// settle acknowledges r after its handler returned err.
+func (s *shareLoop) settle(ctx context.Context, r *kgo.Record, err error) {
+	if err == nil {
+		r.Ack(kgo.AckAccept)
+		return
+	}
+	n := int(r.DeliveryCount())
+	log := s.o.Logger.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "delivery", n, "err", err)
+	if IsRejected(err) {
+		log.Warn("kafkaloop: record rejected (dead-lettered by its handler)")
+		r.Ack(kgo.AckReject)
+		return
+	}
+	var reason string
+	switch {
+	case IsPermanent(err):
+		reason = "permanent: " + err.Error()
+	case n >= s.o.DeliveryLimit:
+		reason = fmt.Sprintf("delivery count limit of %d reached: %v", s.o.DeliveryLimit, err)
+	}
+	if reason == "" {
+		log.Warn("kafkaloop: record failed, releasing it for redelivery")
+		s.wait(ctx, r, s.backoff(n))
+		s.release(r, "failed")
+		return
+	}
+	if s.o.DeadLetter == nil {
+		log.Error("kafkaloop: record cannot succeed but no dead letter is configured, releasing it", "reason", reason)
+		s.release(r, "no dead letter")
+		return
+	}
+	// The dead letter is the record's last chance: try it a few times
+	// within the record's lock before giving the record back.
+	var dlErr error
+	for try := 1; try <= 3; try++ {
+		if dlErr = s.o.DeadLetter(s.hctx, r, reason); dlErr == nil {
+			log.Warn("kafkaloop: record dead-lettered and rejected", "reason", reason)
+			r.Ack(kgo.AckReject)
+			return
+		}
+		if try < 3 && !s.wait(ctx, r, s.backoff(try)) {
+			break
+		}
+	}
+	log.Error("kafkaloop: dead letter failed, releasing the record", "reason", reason, "dead_letter_err", dlErr)
+	s.release(r, "dead letter failed")
+}
+
+// release gives r back to the broker for redelivery.
+func (s *shareLoop) release(r *kgo.Record, why string) {
+	r.Ack(kgo.AckRelease)
+	if s.o.Released != nil {
+		s.o.Released(r, why)
+	}
+}
+
+// backoff is the pause before releasing a record that failed on its n-th
+// delivery.
+func (s *shareLoop) backoff(n int) time.Duration {
+	d := s.o.RetryBackoff
+	for i := 1; i < n && d < MaxRetryBackoff; i++ {
+		d *= 2
+	}
+	return min(d, MaxRetryBackoff)
+}
+
+// wait sleeps d, less if r's acquisition lock would end first (with a
+// second to spare) or ctx ends; it reports whether it slept in full.
+func (s *shareLoop) wait(ctx context.Context, r *kgo.Record, d time.Duration) bool {
+	if dl := r.AcquisitionDeadline(); !dl.IsZero() {
+		d = min(d, time.Until(dl)-time.Second)
+	}
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// WaitShareMember waits until the share group has a member with clientID
+// that is assigned topic (the member has joined and may be handed
+// records), polling every interval, or ctx ends. Give each client of the
+// group its own client id (kgo.ClientID) to tell them apart.
+func WaitShareMember(ctx context.Context, cl *kgo.Client, group, clientID, topic string, interval time.Duration) error {
+	adm := kadm.NewClient(cl)
+	for {
+		gs, err := adm.DescribeShareGroups(ctx, group)
+		if err == nil {
+			for _, m := range gs[group].Members {
+				if m.ClientID == clientID && len(m.Assignment[topic]) > 0 {
+					return nil
+				}
+			}
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,336 @@
+package kafkaloop_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// shareEnv is an in-process broker with one topic of one partition, a
+// producer and a share group configured as the worker and the orchestrator
+// configure theirs (earliest, the delivery limit, the record lock).
+type shareEnv struct {
+	t     *testing.T
+	c     *kfake.Cluster
+	prod  *kgo.Client
+	group string
+}
+
+func newShareEnv(t *testing.T, s topics.ShareSettings) *shareEnv {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	e := &shareEnv{t: t, c: c, prod: prod, group: "sg-" + strings.ReplaceAll(t.Name(), "/", "-")}
+	if err := topics.ConfigureShareGroup(t.Context(), prod, e.group, s); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *shareEnv) produce(keys ...string) {
+	e.t.Helper()
+	for i, k := range keys {
+		if err := e.prod.ProduceSync(e.t.Context(), &kgo.Record{Topic: topic, Key: []byte(k), Value: fmt.Appendf(nil, "v%d", i)}).FirstErr(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// member runs RunShare with h in its own client until the returned stop is
+// called (stop waits for RunShare and closes the client).
+func (e *shareEnv) member(h kafkaloop.Handler, o kafkaloop.Options) (stop func()) {
+	e.t.Helper()
+	cl, err := kgo.NewClient(append(kafkaloop.ShareClientOpts(o.MaxPollRecords),
+		kgo.SeedBrokers(e.c.ListenAddrs()...), kgo.ShareGroup(e.group), kgo.ConsumeTopics(topic))...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if o.Logger == nil {
+		o.Logger = quiet
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- kafkaloop.RunShare(ctx, cl, h, o) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("RunShare: %v", err)
+			}
+			cl.Close()
+		})
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+// tally counts handler runs and settled outcomes per record value.
+type tally struct {
+	mu       sync.Mutex
+	runs     map[string]int
+	ok       map[string]int
+	dead     map[string]string
+	released map[string][]string
+	ch       chan struct{}
+}
+
+func newTally() *tally {
+	return &tally{runs: map[string]int{}, ok: map[string]int{}, dead: map[string]string{}, released: map[string][]string{}, ch: make(chan struct{}, 1)}
+}
+
+func (t *tally) poke() {
+	select {
+	case t.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (t *tally) deadLetter(_ context.Context, r *kgo.Record, reason string) error {
+	t.mu.Lock()
+	t.dead[string(r.Value)] = reason
+	t.mu.Unlock()
+	t.poke()
+	return nil
+}
+
+func (t *tally) release(r *kgo.Record, why string) {
+	t.mu.Lock()
+	t.released[string(r.Value)] = append(t.released[string(r.Value)], why)
+	t.mu.Unlock()
+	t.poke()
+}
+
+// waitFor waits until cond (called under the lock) holds.
+func (t *tally) waitFor(tt *testing.T, what string, cond func() bool) {
+	tt.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		t.mu.Lock()
+		ok := cond()
+		t.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-t.ch:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			tt.Fatalf("timed out waiting for %s: runs=%v ok=%v dead=%v released=%v", what, t.runs, t.ok, t.dead, t.released)
+		}
+	}
+}
+
+// Every record is handled and accepted once, by the members sharing the one
+// partition; an accepted record is never delivered again.
+func TestShareAcceptsEveryRecordOnce(t *testing.T) {
+	e := newShareEnv(t, topics.ShareSettings{})
+	var keys []string
+	for i := range 200 {
+		keys = append(keys, fmt.Sprintf("k%d", i%17))
+	}
+	e.produce(keys...)
+	tl := newTally()
+	h := func(_ context.Context, r *kgo.Record) error {
+		tl.mu.Lock()
+		tl.runs[string(r.Value)]++
+		tl.ok[string(r.Value)]++
+		tl.mu.Unlock()
+		tl.poke()
+		return nil
+	}
+	for range 3 {
+		e.member(h, kafkaloop.Options{Concurrency: 4, MaxPollRecords: 16})
+	}
+	tl.waitFor(t, "200 records", func() bool { return len(tl.ok) == 200 })
+	time.Sleep(200 * time.Millisecond) // a redelivery would show by now
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for v, n := range tl.runs {
+		if n != 1 {
+			t.Errorf("%s handled %d times", v, n)
+		}
+	}
+}
+
+// A transient failure releases the record; it comes back (delivery count 2)
+// and is accepted then.
+func TestShareReleasesTransientFailure(t *testing.T) {
+	e := newShareEnv(t, topics.ShareSettings{RecordLock: time.Minute})
+	e.produce("a", "b", "c")
+	tl := newTally()
+	deliveries := map[string][]int32{}
+	h := func(_ context.Context, r *kgo.Record) error {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		v := string(r.Value)
+		tl.runs[v]++
+		deliveries[v] = append(deliveries[v], r.DeliveryCount())
+		if v == "v1" && tl.runs[v] == 1 {
+			return errors.New("store unavailable")
+		}
+		tl.ok[v]++
+		tl.poke()
+		return nil
+	}
+	e.member(h, kafkaloop.Options{Released: tl.release, DeadLetter: tl.deadLetter})
+	tl.waitFor(t, "all three accepted", func() bool { return len(tl.ok) == 3 })
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if got := fmt.Sprint(deliveries["v1"]); got != "[1 2]" {
+		t.Errorf("deliveries of the failing record: %s, want [1 2]", got)
+	}
+	if got := fmt.Sprint(tl.released["v1"]); got != "[failed]" {
+		t.Errorf("releases: %s, want [failed]", got)
+	}
+	if len(tl.dead) != 0 {
+		t.Errorf("dead letters: %v", tl.dead)
+	}
+}
+
+// A permanent error dead-letters the record with its reason and rejects it:
+// it is never delivered again. A Rejected error (the handler dead-lettered
+// the record itself) is rejected without DeadLetter.
+func TestShareRejectsPoison(t *testing.T) {
+	e := newShareEnv(t, topics.ShareSettings{})
+	e.produce("a", "b", "c")
+	tl := newTally()
+	h := func(_ context.Context, r *kgo.Record) error {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		v := string(r.Value)
+		tl.runs[v]++
+		tl.poke()
+		switch v {
+		case "v0":
+			return kafkaloop.Permanent(errors.New("undecodable"))
+		case "v1":
+			return kafkaloop.Rejected("unknown-endpoint")
+		}
+		tl.ok[v]++
+		return nil
+	}
+	e.member(h, kafkaloop.Options{Released: tl.release, DeadLetter: tl.deadLetter})
+	tl.waitFor(t, "the poison dead-lettered and the good record accepted", func() bool {
+		return tl.dead["v0"] != "" && tl.ok["v2"] == 1 && tl.runs["v1"] == 1
+	})
+	time.Sleep(300 * time.Millisecond)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if got := tl.dead["v0"]; got != "permanent: undecodable" {
+		t.Errorf("reason %q", got)
+	}
+	if _, ok := tl.dead["v1"]; ok {
+		t.Errorf("a Rejected record was handed to DeadLetter")
+	}
+	for v, n := range tl.runs {
+		if n != 1 {
+			t.Errorf("%s delivered %d times after a reject", v, n)
+		}
+	}
+	if len(tl.released) != 0 {
+		t.Errorf("released: %v", tl.released)
+	}
+}
+
+// A record that fails on every delivery is dead-lettered on its last one
+// (the group's delivery limit) instead of being archived by the broker.
+func TestShareDeliveryLimitDeadLetters(t *testing.T) {
+	e := newShareEnv(t, topics.ShareSettings{DeliveryLimit: 3, RecordLock: time.Minute})
+	e.produce("a")
+	tl := newTally()
+	h := func(_ context.Context, r *kgo.Record) error {
+		tl.mu.Lock()
+		tl.runs[string(r.Value)]++
+		tl.mu.Unlock()
+		return errors.New("broker unavailable")
+	}
+	e.member(h, kafkaloop.Options{DeliveryLimit: 3, RetryBackoff: time.Millisecond, Released: tl.release, DeadLetter: tl.deadLetter})
+	tl.waitFor(t, "the dead letter", func() bool { return tl.dead["v0"] != "" })
+	time.Sleep(300 * time.Millisecond)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if got, want := tl.dead["v0"], "delivery count limit of 3 reached: broker unavailable"; got != want {
+		t.Errorf("reason %q, want %q", got, want)
+	}
+	if tl.runs["v0"] != 3 {
+		t.Errorf("ran %d times, want 3", tl.runs["v0"])
+	}
+	if got := fmt.Sprint(tl.released["v0"]); got != "[failed failed]" {
+		t.Errorf("releases %s", got)
+	}
+}
+
+// Shutdown releases the records of the poll in hand that have not started,
+// so another member gets them at once rather than after their lock (a
+// minute here), and acknowledges the one that was running.
+func TestShareShutdownReleasesInFlight(t *testing.T) {
+	e := newShareEnv(t, topics.ShareSettings{RecordLock: time.Minute})
+	e.produce("a", "b", "c", "d")
+	tl := newTally()
+	started := make(chan struct{})
+	unblock := make(chan struct{})
+	var once sync.Once
+	first := func(_ context.Context, r *kgo.Record) error {
+		once.Do(func() { close(started) })
+		<-unblock
+		tl.mu.Lock()
+		tl.ok[string(r.Value)]++
+		tl.runs[string(r.Value)]++
+		tl.mu.Unlock()
+		tl.poke()
+		return nil
+	}
+	stop := e.member(first, kafkaloop.Options{Concurrency: 1, Released: tl.release})
+	<-started
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	// The member is shutting down while its handler runs; the records it
+	// had not started are released, the running one finishes.
+	tl.waitFor(t, "three releases", func() bool { return len(tl.released) == 3 })
+	close(unblock)
+	<-stopped
+	second := func(_ context.Context, r *kgo.Record) error {
+		tl.mu.Lock()
+		tl.ok[string(r.Value)]++
+		tl.runs[string(r.Value)]++
+		tl.mu.Unlock()
+		tl.poke()
+		return nil
+	}
+	e.member(second, kafkaloop.Options{})
+	tl.waitFor(t, "all four accepted", func() bool { return len(tl.ok) == 4 })
+	time.Sleep(200 * time.Millisecond)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for v, n := range tl.runs {
+		if n != 1 {
+			t.Errorf("%s ran %d times", v, n)
+		}
+	}
+	for v, why := range tl.released {
+		if fmt.Sprint(why) != "[shutdown]" {
+			t.Errorf("%s released %v", v, why)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package orchestrator
+
+// Share groups (WithGroupType(topics.GroupShare)): the domain's callback
+// topic is consumed by a Kafka share group (KIP-932), so any number of
+// orchestrator instances share its partitions. Without partition order two
+// things change, and both are handled here rather than assumed away:
+//
+//   - Replies of one saga may reach different instances at once (a reply
+//     and its duplicate; the reply to a step and a late one of the step
+//     before). Each reply is applied under a claim: an execution marker
+//     (eventstore.Markers.InsertMarker, a lightweight transaction on
+//     Cassandra) keyed by the saga and the reply's span, kind and attempt,
+//     leased for WithClaimLease. Only the instance whose claim applied
+//     advances the saga, and it first re-reads the saga from the store, so
+//     a stale cached state never wins: a reply the stored saga no longer
+//     waits for is ignored (counted in StaleReplies). An instance that
+//     finds the claim held by another waits for the saga to move (then the
+//     reply is stale) or for the lease to expire (the claimer died: it
+//     takes over), and releases the reply for later if neither happens
+//     within its acquisition lock. The claim covers every version the
+//     reply writes (FAILED, then the first compensation), so two instances
+//     never both advance the same saga version. The store's version fence
+//     (eventstore.Store.Transition) still stops a zombie's late write.
+//   - The reply to a command may reach another instance before the
+//     instance that sent the command has persisted the saga's new state.
+//     So a share-group orchestrator persists a transition before it
+//     publishes the command (as a resume does); a command whose publish
+//     then fails is re-sent by the saga's restore watchdog.
+//
+// Each reply is accepted once applied (or found stale), released on a
+// transient failure (the store or Kafka unavailable, the claim busy), and
+// rejected after being dead-lettered when it can never be applied (not a
+// reply, unknown saga, refused by the store), or when it failed on its last
+// delivery (topics.ShareSettings.DeliveryLimit; the saga's watchdog then
+// re-sends its step). The cost: one lightweight transaction and one read
+// per reply, on top of the transition.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// claimKindPrefix starts the Kind of a reply claim's marker key.
+const claimKindPrefix = "reply:"
+
+// ReplyClaimKey is the execution marker a share-group orchestrator takes
+// before it applies the reply of txID's span, kind and attempt (see
+// WithGroupType). It lives in the saga's marker partition.
+func ReplyClaimKey(scope eventstore.Scope, txID string, span int, kind string, attempt int) eventstore.MarkerKey {
+	return eventstore.MarkerKey{Scope: scope, TxID: txID, Span: span, Kind: claimKindPrefix + kind, Site: "orchestrator:attempt:" + strconv.Itoa(attempt)}
+}
+
+// errClaimBusy: another instance holds the claim on the reply and the saga
+// has not moved yet.
+var errClaimBusy = errors.New("orchestrator: another instance is applying this reply")
+
+// claimPoll is how often a busy claim is checked again.
+const claimPoll = 50 * time.Millisecond
+
+// GroupType returns how the orchestrator consumes its callback topic.
+func (o *Orchestrator[T]) GroupType() topics.GroupType { return o.cfg.groupType }
+
+// shareClientOpts are the consumer options of a share-group orchestrator.
+func (o *Orchestrator[T]) shareClientOpts() []kgo.Opt {
+	return append([]kgo.Opt{
+		kgo.ShareGroup(o.cfg.group(o.scope, o.domain.Name)),
+		kgo.ConsumeTopics(o.cbTopic),
+	}, kafkaloop.ShareClientOpts(o.cfg.concurrency)...)
+}
+
+// runShare consumes the callback topic as a share group until ctx ends.
+func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) error {
+	group := o.cfg.group(o.scope, o.domain.Name)
+	if err := topics.ConfigureShareGroup(ctx, cons, group, o.cfg.share); err != nil {
+		if o.cfg.provision {
+			return fmt.Errorf("orchestrator: %w", err)
+		}
+		o.logger().Warn("orchestrator: could not configure the share group (WithoutProvision: going on with its current configs)", "group", group, "err", err)
+	}
+	o.runOnce.Do(func() { close(o.running) })
+	return kafkaloop.RunShare(ctx, cons, func(_ context.Context, r *kgo.Record) error {
+		err := o.handleShared(pctx, r)
+		if errors.Is(err, eventstore.ErrPermanent) {
+			return kafkaloop.Permanent(err)
+		}
+		return err
+	}, kafkaloop.Options{
+		Concurrency:   o.cfg.concurrency,
+		Logger:        o.cfg.logger,
+		DeliveryLimit: o.cfg.share.Limit(),
+		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
+			return o.deadLetter(pctx, r, dlGivenUp, "orchestrator: "+reason)
+		},
+	})
+}
+
+// handleShared applies one reply of a share group (see "Share groups").
+func (o *Orchestrator[T]) handleShared(ctx context.Context, r *kgo.Record) error {
+	env, err := topics.Decode(r.Value)
+	if err != nil {
+		return o.rejectRecord(ctx, r, dlUndecodable, err.Error())
+	}
+	switch {
+	case env.Type != topics.TypeReply:
+		return o.rejectRecord(ctx, r, dlNotReply, "orchestrator: not a reply: "+string(env.Type))
+	case env.Domain != o.domain.Name:
+		return o.rejectRecord(ctx, r, dlWrongDomain, fmt.Sprintf("orchestrator: reply for domain %q on the callback topic of %q", env.Domain, o.domain.Name))
+	case env.Region != o.scope.Region || env.Cluster != o.scope.Cluster || env.Service != o.scope.Service:
+		o.stats.foreign.Add(1)
+		return nil
+	}
+	l := o.lock(env.TxID)
+	l.Lock()
+	defer l.Unlock()
+	claim := eventstore.Marker{
+		MarkerKey: ReplyClaimKey(o.scope, env.TxID, env.Span, string(env.Kind), env.Attempt),
+		State:     eventstore.MarkerLeased,
+		Owner:     o.instance,
+	}
+	deadline := time.Now().Add(o.cfg.claimLease + 2*time.Second)
+	if dl := r.AcquisitionDeadline(); !dl.IsZero() {
+		deadline = dl.Add(-2 * time.Second)
+	}
+	for {
+		applied, existing, err := o.store.InsertMarker(ctx, claim, o.cfg.claimLease)
+		if err != nil {
+			return fmt.Errorf("orchestrator: claim the reply of %s: %w", env.TxID, err)
+		}
+		// The claim fences the reply; the store has the saga's state (a
+		// cached one may be stale: another instance may have moved it).
+		tx, err := o.store.LoadTransaction(ctx, o.scope, env.TxID)
+		if errors.Is(err, eventstore.ErrNotFound) {
+			return o.rejectRecord(ctx, r, dlUnknownTx, "orchestrator: unknown transaction "+env.TxID)
+		}
+		if err != nil {
+			return fmt.Errorf("orchestrator: load %s: %w", env.TxID, err)
+		}
+		if !expects(&tx, env) {
+			o.cache.drop(env.TxID)
+			o.stats.stale.Add(1)
+			return nil
+		}
+		if applied || existing.Owner == o.instance {
+			// Ours (a claim of ours left by a failed attempt of this
+			// reply is ours too: the lock above keeps this process to one
+			// attempt at a time).
+			o.stats.replies.Add(1)
+			return o.apply(withPersistFirst(ctx), &tx, env)
+		}
+		if !time.Now().Add(claimPoll).Before(deadline) {
+			return fmt.Errorf("%w (%s, claim owner %s, %v left)", errClaimBusy, env.TxID, existing.Owner, existing.TTL)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(claimPoll):
+		}
+	}
+}
+
+// rejectRecord dead-letters r (counted under code) and reports it
+// rejected.
+func (o *Orchestrator[T]) rejectRecord(ctx context.Context, r *kgo.Record, code, reason string) error {
+	if err := o.deadLetter(ctx, r, code, reason); err != nil {
+		return err
+	}
+	return kafkaloop.Rejected(reason)
+}

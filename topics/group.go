@@ -1,0 +1,159 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// GroupType is how a topic is consumed: with the classic consumer-group
+// protocol or as a Kafka 4 share group (KIP-932). It is chosen per
+// orchestrator domain (its callback topic) and per worker (its command
+// topic); the seed calls it the groupType property, the YAML key is
+// group-type.
+type GroupType string
+
+// Group types.
+const (
+	// GroupConsumer consumes with a classic consumer group: each partition
+	// has one owner, records of one key (one saga) arrive in order, and
+	// the parallelism of a topic is its partition count. It is the
+	// default.
+	GroupConsumer GroupType = "CONSUMER"
+	// GroupShare consumes as a share group (KIP-932, Kafka 4.2+): the
+	// broker hands records to any member, each record is acknowledged on
+	// its own (accept, release for redelivery, reject), and any number of
+	// instances share one partition. There is no order, not even per
+	// saga, and redeliveries are the norm.
+	GroupShare GroupType = "SHARE"
+)
+
+// ParseGroupType parses CONSUMER or SHARE, in any case; "" is
+// GroupConsumer.
+func ParseGroupType(s string) (GroupType, error) {
+	g := GroupType(strings.ToUpper(strings.TrimSpace(s)))
+	if g == "" {
+		return GroupConsumer, nil
+	}
+	if !g.Valid() {
+		return "", fmt.Errorf("topics: unknown group type %q (want %s or %s)", s, GroupConsumer, GroupShare)
+	}
+	return g, nil
+}
+
+// Valid reports whether g is GroupConsumer or GroupShare.
+func (g GroupType) Valid() bool { return g == GroupConsumer || g == GroupShare }
+
+// String returns the group type's configuration name.
+func (g GroupType) String() string { return string(g) }
+
+// Defaults and bounds of ShareSettings (the broker's defaults and the
+// bounds of its default configuration).
+const (
+	// DefaultDeliveryLimit is how many times a record is delivered before
+	// the broker archives it (group.share.delivery.count.limit).
+	DefaultDeliveryLimit = 5
+	// MinDeliveryLimit and MaxDeliveryLimit bound DeliveryLimit (the
+	// broker's group.share.min/max.delivery.count.limit defaults).
+	MinDeliveryLimit = 2
+	MaxDeliveryLimit = 10
+	// DefaultRecordLock is the broker's acquisition lock
+	// (group.share.record.lock.duration.ms): how long a member holds a
+	// record before the broker gives it to another.
+	DefaultRecordLock = 30 * time.Second
+	// MinRecordLock and MaxRecordLock bound RecordLock. The broker's own
+	// lower bound (group.share.min.record.lock.duration.ms) is 15s by
+	// default; scripts/services and docker-compose.yml lower it to 1s.
+	MinRecordLock = time.Second
+	MaxRecordLock = time.Hour
+)
+
+// ShareSettings are the group configs a share group is given when a
+// worker or an orchestrator starts it (IncrementalAlterConfigs on the
+// GROUP resource, Kafka 4.2+). The zero value means the defaults.
+type ShareSettings struct {
+	// DeliveryLimit is the group's share.delivery.count.limit: after that
+	// many deliveries (every release and every acquisition-lock timeout
+	// counts) the broker archives the record. The consume loop
+	// dead-letters a record that fails on its last delivery instead of
+	// releasing it, so a record that keeps failing ends in the dead-letter
+	// topic, not silently archived. 0 means DefaultDeliveryLimit (5);
+	// otherwise between MinDeliveryLimit and MaxDeliveryLimit.
+	DeliveryLimit int
+	// RecordLock is the group's share.record.lock.duration.ms, the
+	// acquisition lock: a member that dies (kill -9) keeps its records
+	// that long before they are redelivered; a step that runs longer is
+	// redelivered while it runs (write protection keeps it from running
+	// twice). 0 leaves the broker's setting (30s by default) alone;
+	// otherwise between MinRecordLock and MaxRecordLock, and not below the
+	// broker's group.share.min.record.lock.duration.ms.
+	RecordLock time.Duration
+}
+
+// Limit returns the effective delivery limit.
+func (s ShareSettings) Limit() int {
+	if s.DeliveryLimit == 0 {
+		return DefaultDeliveryLimit
+	}
+	return s.DeliveryLimit
+}
+
+// Validate reports each problem of s, keys relative to the settings
+// (delivery-count-limit, record-lock-duration).
+func (s ShareSettings) Validate() error {
+	var errs []error
+	if s.DeliveryLimit != 0 && (s.DeliveryLimit < MinDeliveryLimit || s.DeliveryLimit > MaxDeliveryLimit) {
+		errs = append(errs, fmt.Errorf("delivery-count-limit: must be between %d and %d, got %d", MinDeliveryLimit, MaxDeliveryLimit, s.DeliveryLimit))
+	}
+	if s.RecordLock != 0 && (s.RecordLock < MinRecordLock || s.RecordLock > MaxRecordLock) {
+		errs = append(errs, fmt.Errorf("record-lock-duration: must be between %v and %v, got %v", MinRecordLock, MaxRecordLock, s.RecordLock))
+	}
+	return errors.Join(errs...)
+}
+
+// ConfigureShareGroup sets the group configs of the share group: always
+// share.auto.offset.reset=earliest (so that a new group also gets the
+// records produced before it first joined: commands and replies sent
+// before the first instance started), and share.delivery.count.limit and
+// share.record.lock.duration.ms from s. It is idempotent; call it before
+// the group's first member joins. A broker that knows no group configs
+// (Kafka before 4.0) fails it.
+func ConfigureShareGroup(ctx context.Context, r kmsg.Requestor, group string, s ShareSettings) error {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = group
+	set := func(name, value string) {
+		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		c.Name = name
+		c.Op = kmsg.IncrementalAlterConfigOpSet
+		c.Value = kmsg.StringPtr(value)
+		res.Configs = append(res.Configs, c)
+	}
+	set("share.auto.offset.reset", "earliest")
+	set("share.delivery.count.limit", strconv.Itoa(s.Limit()))
+	if s.RecordLock > 0 {
+		set("share.record.lock.duration.ms", strconv.FormatInt(s.RecordLock.Milliseconds(), 10))
+	}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, r)
+	if err != nil {
+		return fmt.Errorf("topics: configure share group %s: %w", group, err)
+	}
+	for _, rr := range resp.Resources {
+		if err := kerr.ErrorForCode(rr.ErrorCode); err != nil {
+			msg := ""
+			if rr.ErrorMessage != nil {
+				msg = ": " + *rr.ErrorMessage
+			}
+			return fmt.Errorf("topics: configure share group %s: %w%s", group, err, msg)
+		}
+	}
+	return nil
+}

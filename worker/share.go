@@ -1,0 +1,115 @@
+package worker
+
+// Share groups (WithGroupType(topics.GroupShare)): the worker joins the
+// share group "stacksaga.<service>.worker.share" (WithGroup overrides it)
+// instead of a consumer group, so that any number of instances work one
+// command topic whatever its partition count. Each command is acknowledged
+// on its own:
+//
+//   - accepted once its reply is durable (or the guard suppressed it);
+//   - released when it failed for a reason that may pass (the guard's store
+//     or the callback topic's broker unavailable, a STRICT lease held by
+//     another instance): the broker redelivers it, possibly to another
+//     instance;
+//   - rejected, after it was dead-lettered with its reason, when it can
+//     never be processed (not an envelope, not a command, an unknown
+//     endpoint, oversize, a reply that can never be produced, a store that
+//     refuses it), and when it failed on its last delivery
+//     (topics.ShareSettings.DeliveryLimit, ReasonGivenUp "delivery count
+//     limit of <n> reached").
+//
+// Run gives the group its configs when it starts (topics.ConfigureShareGroup:
+// share.auto.offset.reset=earliest, the delivery limit and, if set, the
+// acquisition lock). At shutdown the commands fetched but not started are
+// released at once; a killed instance's commands come back after the
+// acquisition lock. Commands of one saga may run on several instances at
+// once and duplicates are the norm: use the STRICT guard (writeprotect),
+// which runs a step once even when two instances get it at the same moment.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// shareMemberWait bounds how long Run waits to see its share-group member
+// assigned before it reports Running anyway.
+const shareMemberWait = 30 * time.Second
+
+// GroupType returns how the worker consumes its command topic.
+func (w *Worker) GroupType() topics.GroupType { return w.cfg.groupType }
+
+// runShare is Run's consume part for a share group.
+func (w *Worker) runShare(ctx context.Context) error {
+	clientID := "stacksaga-worker-" + w.service + "-" + uuid.NewString()[:8]
+	opts := w.baseOpts()
+	opts = append(opts, kgo.ClientID(clientID), kgo.ShareGroup(w.cfg.group), kgo.ConsumeTopics(w.topic))
+	opts = append(opts, kafkaloop.ShareClientOpts(w.cfg.concurrency*2)...)
+	cl, err := kgo.NewClient(append(opts, w.cfg.kopts...)...)
+	if err != nil {
+		return fmt.Errorf("worker: kafka client: %w", err)
+	}
+	defer cl.Close()
+	if err := topics.ConfigureShareGroup(ctx, cl, w.cfg.group, w.cfg.share); err != nil {
+		if !w.cfg.noProvision {
+			return fmt.Errorf("worker: %w", err)
+		}
+		w.log.Warn("worker: could not configure the share group (WithoutProvision: going on with its current configs)", "group", w.cfg.group, "err", err)
+	}
+
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer pcancel()
+	stopGrace := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(shutdownGrace, pcancel)
+		context.AfterFunc(pctx, func() { t.Stop() })
+	})
+	defer stopGrace()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wctx, cancel := context.WithTimeout(ctx, shareMemberWait)
+		defer cancel()
+		if err := kafkaloop.WaitShareMember(wctx, cl, w.cfg.group, clientID, w.topic, 100*time.Millisecond); err != nil && ctx.Err() == nil {
+			w.log.Warn("worker: share-group member not seen assigned yet, reporting running anyway", "group", w.cfg.group, "err", err)
+		}
+		if ctx.Err() == nil {
+			w.runningOnce.Do(func() { close(w.running) })
+		}
+	}()
+	defer wg.Wait()
+
+	err = kafkaloop.RunShare(ctx, cl, func(hctx context.Context, r *kgo.Record) error {
+		err := w.handle(hctx, pctx, cl, r)
+		if errors.Is(err, eventstore.ErrPermanent) {
+			// The guard's store refuses this command for good.
+			return kafkaloop.Permanent(err)
+		}
+		return err
+	}, kafkaloop.Options{
+		Concurrency:   w.cfg.concurrency,
+		Logger:        w.log,
+		DeliveryLimit: w.cfg.share.Limit(),
+		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
+			w.dropPending(r)
+			return w.deadLetter(pctx, cl, r, ReasonGivenUp+": "+reason)
+		},
+		// A released command may come back to another instance: the
+		// reply kept for its retry here would never be used.
+		Released: func(r *kgo.Record, _ string) { w.dropPending(r) },
+	})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}

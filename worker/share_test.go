@@ -1,0 +1,225 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/topics"
+	"github.com/stacksaga-go/stacksaga/worker"
+)
+
+// Share-group workers on real Kafka: transient failures are released and
+// redelivered to another instance, poison is dead-lettered and rejected,
+// a record failing on its last delivery is dead-lettered, and a killed
+// instance's commands come back after the acquisition lock.
+
+// failingGuard fails every command with a transient error (its store is
+// down) and records the transactions it failed.
+type failingGuard struct {
+	mu     sync.Mutex
+	failed map[string]int
+	only   string // "" fails every command, else only this transaction's
+}
+
+func (g *failingGuard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
+	if g.only != "" && cmd.TxID != g.only {
+		return run(ctx), nil
+	}
+	g.mu.Lock()
+	g.failed[cmd.TxID]++
+	g.mu.Unlock()
+	return nil, errors.New("store unavailable")
+}
+
+func shareWorker(e *env, opts ...worker.Option) *worker.Worker {
+	w := e.newWorker(append([]worker.Option{worker.WithGroupType(topics.GroupShare)}, opts...)...)
+	registerPayment(e.t, w)
+	return w
+}
+
+// A command that fails transiently on one instance is released and
+// another instance of the share group runs it. The topic has one
+// partition, which both instances share (with more partitions than
+// members the broker spreads the partitions over the members instead, and
+// a release comes back to the member that owns the partition).
+func TestShareTransientReleasedToAnotherInstance(t *testing.T) {
+	e := newRealKafkaPartitions(t, 1)
+	broken := &failingGuard{failed: map[string]int{}}
+	a := shareWorker(e, worker.WithGuard(broken), worker.WithShareSettings(topics.ShareSettings{DeliveryLimit: 10}))
+	b := shareWorker(e, worker.WithShareSettings(topics.ShareSettings{DeliveryLimit: 10}))
+	e.start(a)
+	e.start(b)
+	const n = 20
+	for i := range n {
+		e.send(e.cmd(fmt.Sprintf("t%d", i), "charge", 0, topics.KindProcess, Order{ID: fmt.Sprint(i), Amount: 1}))
+	}
+	e.waitFor("every command replied", func(rs []*topics.Envelope, _ []*kgo.Record) bool { return len(rs) >= n })
+	broken.mu.Lock()
+	defer broken.mu.Unlock()
+	if len(broken.failed) == 0 {
+		t.Fatal("the broken instance got no command: nothing was released")
+	}
+	for tx := range broken.failed {
+		if r := e.reply(tx, 0, topics.KindProcess); r.Outcome != topics.OutcomeOK {
+			t.Errorf("%s released by the broken instance replied %s", tx, r.Outcome)
+		}
+	}
+	if st := b.Stats(); st.Processed != n || st.DeadLettered != 0 {
+		t.Errorf("healthy instance %+v, want all %d processed", st, n)
+	}
+	t.Logf("released by the broken instance and run by the other: %v", broken.failed)
+}
+
+// A poison record (not an envelope) is dead-lettered with its reason and
+// rejected: it is never delivered again; the commands around it run.
+func TestSharePoisonRejected(t *testing.T) {
+	e := newRealKafka(t)
+	w := shareWorker(e)
+	e.start(w)
+	e.sendRaw(&kgo.Record{Key: []byte("poison"), Value: []byte("\xc1 not msgpack")})
+	e.send(e.cmd("t-ok", "charge", 0, topics.KindProcess, Order{ID: "ok", Amount: 1}))
+	e.reply("t-ok", 0, topics.KindProcess)
+	e.waitFor("the dead letter", func(_ []*topics.Envelope, ds []*kgo.Record) bool { return len(ds) == 1 })
+	e.mu.Lock()
+	reason := topics.DeadLetterReason(e.dlts[0])
+	e.mu.Unlock()
+	if !strings.HasPrefix(reason, worker.ReasonUndecodable) {
+		t.Errorf("reason %q", reason)
+	}
+	// Rejected, not released: no redelivery (a release would come back
+	// within the release backoff).
+	time.Sleep(2 * time.Second)
+	if st := w.Stats(); st.DeadLettered != 1 {
+		t.Errorf("stats %+v: the poison was delivered again", st)
+	}
+}
+
+// A command that fails on every delivery is dead-lettered on its last one
+// (the group's delivery limit) with the reason, instead of being archived
+// by the broker without a trace; its saga stays in flight for its restore
+// watchdog. The other commands are not held up.
+func TestShareDeliveryLimitDeadLetters(t *testing.T) {
+	e := newRealKafka(t)
+	g := &failingGuard{failed: map[string]int{}, only: "t-bad"}
+	w := shareWorker(e, worker.WithGuard(g), worker.WithShareSettings(topics.ShareSettings{DeliveryLimit: 3}))
+	e.start(w)
+	e.send(e.cmd("t-bad", "charge", 0, topics.KindProcess, Order{ID: "bad", Amount: 1}),
+		e.cmd("t-good", "charge", 0, topics.KindProcess, Order{ID: "good", Amount: 1}))
+	e.reply("t-good", 0, topics.KindProcess)
+	e.waitFor("the dead letter", func(_ []*topics.Envelope, ds []*kgo.Record) bool { return len(ds) == 1 })
+	e.mu.Lock()
+	reason := topics.DeadLetterReason(e.dlts[0])
+	key := string(e.dlts[0].Key)
+	e.mu.Unlock()
+	if want := worker.ReasonGivenUp + ": delivery count limit of 3 reached: "; !strings.HasPrefix(reason, want) || key != "t-bad" {
+		t.Errorf("dead letter of %s with reason %q, want %q…", key, reason, want)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed["t-bad"] != 3 {
+		t.Errorf("t-bad tried %d times, want 3", g.failed["t-bad"])
+	}
+}
+
+// killChildEnv carries the share-group worker's settings to the child
+// process of TestShareKill9Redelivered.
+const killChildEnv = "STACKSAGA_SHARE_KILL_CHILD"
+
+// TestShareKillChild is the child process of TestShareKill9Redelivered: a
+// share-group worker whose charge handler never returns. It does nothing in
+// a normal run.
+func TestShareKillChild(t *testing.T) {
+	spec := os.Getenv(killChildEnv)
+	if spec == "" {
+		return // only as the child of TestShareKill9Redelivered
+	}
+	parts := strings.Split(spec, "|") // brokers|service|group
+	w, err := worker.New(parts[1], worker.WithBrokers(strings.Split(parts[0], ",")...), worker.WithGroup(parts[2]),
+		worker.WithGroupType(topics.GroupShare), worker.WithLogger(quietLogger()),
+		worker.WithShareSettings(topics.ShareSettings{RecordLock: 3 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Register(w, worker.Endpoint[Order]{Name: "charge", Process: func(_ context.Context, s *worker.Step, o Order) (Order, error) {
+		fmt.Printf("HOLDING %s\n", s.TxID)
+		select {} // mid-step until killed
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-w.Running()
+		fmt.Println("RUNNING")
+	}()
+	_ = w.Run(context.Background())
+}
+
+// A share-group worker killed with SIGKILL mid-step: the commands it held
+// are redelivered once their acquisition lock (3s here) times out, and a
+// healthy instance runs every one of them.
+func TestShareKill9Redelivered(t *testing.T) {
+	e := newRealKafkaPartitions(t, 1) // both members share the partition
+	child := exec.Command(os.Args[0], "-test.run=^TestShareKillChild$", "-test.count=1")
+	child.Env = append(os.Environ(), killChildEnv+"="+strings.Join(e.brokers, ",")+"|"+e.service+"|"+e.group)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	wait := func(prefix string) {
+		t.Helper()
+		timeout := time.After(60 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("child exited before %q", prefix)
+				}
+				if strings.HasPrefix(l, prefix) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("child never printed %q", prefix)
+			}
+		}
+	}
+	wait("RUNNING")
+	const n = 5
+	for i := range n {
+		e.send(e.cmd(fmt.Sprintf("k%d", i), "charge", 0, topics.KindProcess, Order{ID: fmt.Sprint(i), Amount: 1}))
+	}
+	wait("HOLDING")                              // a step is running in the child
+	if err := child.Process.Kill(); err != nil { // SIGKILL: no release, no leave
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	_ = child.Wait()
+	healthy := shareWorker(e, worker.WithShareSettings(topics.ShareSettings{RecordLock: 3 * time.Second}))
+	e.start(healthy)
+	for i := range n {
+		if r := e.reply(fmt.Sprintf("k%d", i), 0, topics.KindProcess); r.Outcome != topics.OutcomeOK {
+			t.Errorf("k%d: %s", i, r.Outcome)
+		}
+	}
+	t.Logf("all %d commands of the killed instance ran %v after the kill", n, time.Since(killed).Round(time.Millisecond))
+}
