@@ -50,7 +50,7 @@ type Markers interface {
 	// lease (0: permanent). When a marker exists it returns applied=false and
 	// the existing marker (with its remaining TTL). Guards insert leases
 	// with it, and with the retention as lease the records that must
-	// outlive the saga (COMPENSATED_EMPTY, the confirmation of a commit).
+	// outlive the saga (COMPENSATED_EMPTY, a commit whose lease expired).
 	//
 	// Leases are whole seconds (Cassandra TTLs): lease is rounded up to the
 	// next second, and a remaining TTL is reported rounded up to the next
@@ -67,8 +67,31 @@ type Markers interface {
 	// On Cassandra it is a plain write, which replaces a lease only by its
 	// newer write timestamp; a lease's LWT round that another LWT on the
 	// partition finishes later is re-stamped with that LWT's ballot and can
-	// hide the write (writeprotect confirms STRICT commits for this).
+	// hide the write (writeprotect commits STRICT leases with CommitMarker
+	// for this).
 	PutMarker(ctx context.Context, m Marker) error
+	// CommitMarker replaces the live lease that m.Owner holds on m's key
+	// with m (a COMMITTED marker with the step's reply), with a TTL of m.TTL
+	// rounded up to whole seconds (0: permanent), on one condition: the
+	// marker is still that lease. On Cassandra it is one LWT, UPDATE ... IF
+	// owner = ? AND state = 'LEASED'. Being an LWT, it first finishes any
+	// unfinished Paxos round of the saga's marker partition, so a
+	// re-proposed lease cannot hide it afterwards (as it can a PutMarker).
+	// If the marker is not that lease (it expired, another execution took
+	// the step over, a compensation was recorded empty) nothing is written:
+	// applied=false and existing is the marker found, with its State and
+	// Owner only (zero, State "", if there is none). As with InsertMarker, a
+	// try retried after an unknown outcome that finds m's State and Owner
+	// already written reports applied=true.
+	CommitMarker(ctx context.Context, m Marker) (applied bool, existing Marker, err error)
+	// DeleteMarkerIf deletes the marker on key if it is in state and held by
+	// owner (an LWT on Cassandra: DELETE ... IF state = ? AND owner = ?).
+	// Otherwise nothing is deleted: applied=false and existing is the
+	// marker found, with its State and Owner only (zero if none). A guard
+	// removes with it a recorded outcome that a later attempt of the step
+	// supersedes, so that of two deliveries of that attempt only one
+	// removes it (a plain delete could remove the other's lease).
+	DeleteMarkerIf(ctx context.Context, key MarkerKey, state MarkerState, owner string) (applied bool, existing Marker, err error)
 	// GetMarker reads a marker; ErrNotFound if absent or expired.
 	GetMarker(ctx context.Context, key MarkerKey) (Marker, error)
 	// DeleteMarker removes one marker (a guard giving up its lease).

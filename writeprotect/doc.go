@@ -18,9 +18,10 @@
 // key.
 //
 // STRICT: INSERT ... IF NOT EXISTS USING TTL <lease> (an LWT). Applied: the
-// step runs, then its marker is committed (COMMITTED, with the retention
-// as its TTL) with the encoded reply, and the commit is confirmed with a
-// second LWT (see "The commit is confirmed"). A live lease (another
+// step runs, then its lease is committed (COMMITTED, with the retention as
+// its TTL) with the encoded reply by a second LWT, conditioned on the
+// lease still being the execution's own (see "The commit is
+// conditional"). A live lease (another
 // instance is running the step): back off and read the marker again (plain
 // reads: an LWT per try would contend on the partition the lease holder
 // commits to) until it is committed, or gone and the insert is tried
@@ -34,8 +35,7 @@
 //
 // A handler that ignores its context and runs past what its lease is
 // certain to last (below) is logged and counted (Stats.LeaseOverruns),
-// since another instance may then run the step too. A step that returns
-// after its deadline reads its marker before recording its outcome, and
+// since another instance may then run the step too. Its conditional commit
 // does not write over another execution's lease or commit, nor over a
 // compensation recorded empty meanwhile (Stats.LostLeases, logged as an
 // error).
@@ -55,9 +55,17 @@
 // sequential duplicates are skipped, two concurrent deliveries may both
 // run (for steps that are idempotent by nature).
 //
-// Outcomes: ok and non-retryable replies are committed. A retryable reply
-// is not (a STRICT lease is deleted instead): the step is re-driven later
-// and must run again. A recorded reply is re-sent addressed to the
+// Outcomes: every reply is committed, ok, non-retryable and retryable
+// alike, under the attempt that produced it. A duplicate of that attempt
+// re-sends the recorded retryable reply without running the step; the
+// orchestrator's next attempt (a higher topics.Envelope.Attempt: the saga
+// re-driven) supersedes the record and runs the step (Stats.Superseded).
+// So does the next attempt of a step whose record paused its saga (the
+// step invoked again after the pause's deadline). STRICT removes the
+// superseded record with a conditional delete (DELETE ... IF state = ? AND
+// owner = ?) before taking the lease, so that of two deliveries of the next
+// attempt only one runs it; RELAXED_WITH_DEDUP runs the step and writes
+// over the record. A recorded reply is re-sent addressed to the
 // current command (its attempt and trace), so a re-driven command's reply
 // is not taken for a stale one. A recorded reply that cannot be decoded
 // means the step ran and what it replied is lost: the duplicate gets a
@@ -65,9 +73,8 @@
 // topics.Envelope.ActionDone (the step's effect is in place), so the
 // orchestrator compensates that step too, not only the ones before it.
 //
-// A commit can fail: the write is tried three times (bounded by
-// WithCommitTimeout, not by the caller's context; a STRICT commit also
-// fails when it stays hidden by its lease, see "The commit is confirmed"),
+// A commit can fail: the write (STRICT: the conditional commit) is tried
+// three times (bounded by WithCommitTimeout, not by the caller's context),
 // then the failure is logged and counted (Stats.CommitFailures) and the
 // reply is sent anyway, because the step did run. The step then has no
 // marker (a STRICT lease left behind expires): a duplicate delivered later
@@ -127,7 +134,11 @@
 // As dtm's sub-transaction barrier does: a compensation first looks at the
 // marker of the action it compensates. Committed: the compensation runs,
 // guarded like any step. A live lease on the action (STRICT: it is
-// running) is waited for.
+// running) is waited for. Committed with a retryable outcome (the action's
+// last attempt failed, transiently): the action did not complete, so
+// without ActionDone it counts as absent (below) and the record is
+// removed, conditionally, to record the null compensation in its place;
+// with ActionDone the compensation runs.
 //
 // Absent, and the command carries topics.Envelope.ActionDone (the
 // orchestrator holds the action's ok reply, or a failure that says the
@@ -165,49 +176,36 @@
 // action has finished before the orchestrator compensates it. Use STRICT
 // for domains whose compensations may overtake their actions.
 //
-// # Known limitation: the commit is a plain write
+// # The commit is conditional
 //
-// A STRICT commit is an unconditional write, not an LWT conditioned on
-// the lease still being the execution's own (UPDATE ... IF owner = ? AND
-// state = 'LEASED'): that would add an LWT (about four round trips) to
-// every step to guard against a step that overruns its lease, which the
-// handler's deadline already prevents for handlers honouring their
-// context. A step that returns after its deadline reads its marker first
-// (above); what remains is the window between that read and the write: a
-// lease that expires in it, taken over or recorded empty by a
-// compensation at that moment, is overwritten.
+// A STRICT commit is one LWT on the marker row: UPDATE ... SET state =
+// 'COMMITTED', reply = ... IF owner = ? AND state = 'LEASED'
+// (eventstore.Markers.CommitMarker). It records the outcome only over the
+// execution's own live lease, so a step that ran past its lease never
+// writes over another execution's lease or commit, nor over a
+// compensation recorded empty (Stats.LostLeases). A lease that expired
+// with nobody taking the step over is followed by INSERT ... IF NOT EXISTS
+// of the commit, which loses to any execution that takes the step
+// meanwhile.
 //
-// # The commit is confirmed
-//
-// The plain commit replaces the lease, an LWT, only by having the newer
-// write timestamp, and on Cassandra that can fail after the commit was
-// acknowledged. All the markers of a saga share one partition, hence one
-// Paxos state. An LWT on it whose round overlapped the lease's (a
-// duplicate of another step of the saga, a twin of this one, a
-// compensation's barrier) can find the lease's proposal unfinished and
-// propose it again with its own, newer ballot, and so can the LWTs that
-// follow while such a re-proposal is itself unfinished; with Paxos v1
-// (Cassandra's default, up to 5.0) re-proposed cells take the new ballot
-// as their write timestamp. One newer than the commit's hides it: the
-// marker reads as the lease again, the recorded reply is lost, and once
-// the lease expires a duplicate runs the step again although nothing
-// overran and no commit failed. This was seen in the STRICT acceptance
-// test under load, about once in a few thousand steps, the lease
-// re-proposed by the very LWT of the next duplicate, after a read had
-// found the commit in place.
-//
-// So a STRICT commit is confirmed with an LWT: the commit is inserted once
-// more with INSERT ... IF NOT EXISTS. Its Paxos round first finishes any
-// unfinished round on the partition, so a re-proposal of the lease has
-// landed by the time it reads the marker, and none can come after it
-// (later rounds find the partition's rounds finished). It finds the
-// commit: done. It finds the execution's own lease: the commit was hidden
-// (Stats.ShadowedCommits); it is written again after a pause, which gives
-// it a newer timestamp than the re-proposal's, and confirmed again, at
-// most three times (then it counts as a failed commit). It finds no
-// marker: it inserted the commit itself. Cost: one LWT per STRICT commit.
-// A store that committed with a conditional LWT (UPDATE ... IF owner = ?)
-// instead of the plain write would need one LWT in all.
+// It is an LWT rather than a plain write for a second reason. All the
+// markers of a saga share one partition, hence one Paxos state. An LWT on
+// it whose round overlapped the lease's (a duplicate of another step of
+// the saga, a twin of this one, a compensation's barrier) can find the
+// lease's proposal unfinished and propose it again with its own, newer
+// ballot, and so can the LWTs that follow while such a re-proposal is
+// itself unfinished; with Paxos v1 (Cassandra's default, up to 5.0)
+// re-proposed cells take the new ballot as their write timestamp. A plain
+// commit, which replaces the lease only by having the newer write
+// timestamp, could be hidden by one: the marker read as the lease again,
+// the recorded reply was lost, and once the lease expired a duplicate ran
+// the step again although nothing overran and no commit failed (seen in
+// the STRICT acceptance test under load, about once in a few thousand
+// steps, when commits were plain writes). The conditional commit's own
+// Paxos round first finishes any unfinished round on the partition, and
+// its ballot is newer than any re-proposal's: later rounds find the
+// commit, never the lease. Cost: one LWT per STRICT commit, where a plain
+// write and a confirming LWT were two statements.
 //
 // # Late duplicates after the saga ended
 //
@@ -243,37 +241,44 @@
 // By default (terminal fence off; Cassandra round trips; an LWT costs about
 // four):
 //
-//	                                  STRICT                      RELAXED_WITH_DEDUP
-//	action, first delivery            LWT + write + LWT           read + write
-//	action, duplicate                 LWT                         read
-//	compensation, first               read + LWT + write + LWT    read + read + write
-//	compensation, action marker lost  read + LWT + write + LWT    read + read + write
-//	compensation, duplicate           read + LWT                  read + read
-//	null compensation                 read + LWT                  read + LWT
-//	hanging action                    LWT                         read
-//	retryable outcome                 LWT + delete                read
-//	late duplicate (markers kept)     LWT                         read
+//	                                  STRICT              RELAXED_WITH_DEDUP
+//	action, first delivery            LWT + LWT           read + write
+//	action, duplicate                 LWT                 read
+//	compensation, first               read + LWT + LWT    read + read + write
+//	compensation, action marker lost  read + LWT + LWT    read + read + write
+//	compensation, duplicate           read + LWT          read + read
+//	null compensation                 read + LWT          read + LWT
+//	hanging action                    LWT                 read
+//	retryable outcome                 LWT + LWT           read + write
+//	retryable outcome, duplicate      LWT                 read
+//	retryable outcome, next attempt   4 LWTs              read + write
+//	late duplicate (markers kept)     LWT                 read
 //
-// The LWT after a STRICT write confirms the commit (above); a commit found
-// hidden adds a write and an LWT per rewrite.
+// The second STRICT LWT is the conditional commit (above). The next
+// attempt after a recorded retryable outcome (or pause) finds the record
+// with its lease's insert, removes it conditionally, inserts its lease
+// and commits.
 //
 // With WithTerminalFence, every executed step (and null compensation)
 // reads the saga's state once more:
 //
-//	                                  STRICT                             RELAXED_WITH_DEDUP
-//	action, first delivery            LWT + read + write + LWT           read + read + write
-//	action, duplicate                 LWT                                read
-//	compensation, first               read + LWT + read + write + LWT    read + read + read + write
-//	compensation, action marker lost  read + LWT + read + write + LWT    read + read + read + write
-//	compensation, duplicate           read + LWT                         read + read
-//	null compensation                 read + LWT + read                  read + LWT + read
-//	hanging action                    LWT                                read
-//	retryable outcome                 LWT + read + delete                read + read
-//	late duplicate (markers kept)     LWT                                read
-//	late duplicate after cleanup      LWT + read + delete                read + read
+//	                                  STRICT                     RELAXED_WITH_DEDUP
+//	action, first delivery            LWT + read + LWT           read + read + write
+//	action, duplicate                 LWT                        read
+//	compensation, first               read + LWT + read + LWT    read + read + read + write
+//	compensation, action marker lost  read + LWT + read + LWT    read + read + read + write
+//	compensation, duplicate           read + LWT                 read + read
+//	null compensation                 read + LWT + read          read + LWT + read
+//	hanging action                    LWT                        read
+//	retryable outcome                 LWT + read + LWT           read + read + write
+//	retryable outcome, duplicate      LWT                        read
+//	retryable outcome, next attempt   4 LWTs + read              read + read + write
+//	late duplicate (markers kept)     LWT                        read
+//	late duplicate after cleanup      LWT + read + delete        read + read
 //
 // A command waiting for another execution's lease adds one read per try,
-// and in STRICT mode one more LWT once the lease is gone. A STRICT step
-// that returns after its deadline adds one read before its commit; a lease
-// taken too late costs a read and a delete to release it.
+// and in STRICT mode one more LWT once the lease is gone. A STRICT commit
+// that finds its lease expired (nobody took the step over) adds the LWT
+// that inserts it; a lease taken too late costs a read and a delete to
+// release it.
 package writeprotect

@@ -26,8 +26,10 @@ import (
 type Store interface {
 	InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (applied bool, existing eventstore.Marker, err error)
 	PutMarker(ctx context.Context, m eventstore.Marker) error
+	CommitMarker(ctx context.Context, m eventstore.Marker) (applied bool, existing eventstore.Marker, err error)
 	GetMarker(ctx context.Context, key eventstore.MarkerKey) (eventstore.Marker, error)
 	DeleteMarker(ctx context.Context, key eventstore.MarkerKey) error
+	DeleteMarkerIf(ctx context.Context, key eventstore.MarkerKey, state eventstore.MarkerState, owner string) (applied bool, existing eventstore.Marker, err error)
 	LoadTransaction(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.Transaction, error)
 }
 
@@ -248,7 +250,18 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 		}
 		switch m.State {
 		case eventstore.MarkerCommitted:
-			return nil, false, nil
+			if rep, err := topics.Decode(m.Reply); err != nil || rep.Outcome != topics.OutcomeRetryable || x.cmd.ActionDone {
+				return nil, false, nil
+			}
+			// The action's last attempt failed retryably: it did not
+			// complete, and the record is for its duplicates only. As if
+			// there were no marker (the command does not say the action
+			// ran), the compensation is null: the record is removed,
+			// unless an attempt of the action replaced it meanwhile, and
+			// COMPENSATED_EMPTY inserted in its place.
+			if _, _, err := x.g.store.DeleteMarkerIf(ctx, pk, m.State, m.Owner); err != nil {
+				return nil, true, x.fail("remove the retryable record of the action", err)
+			}
 		case eventstore.MarkerCompensatedEmpty:
 			if x.cmd.ActionDone {
 				// An earlier compensation of this span, sent before the
@@ -274,8 +287,8 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 }
 
 // strict runs the step under an exclusive lease: INSERT ... IF NOT EXISTS
-// USING TTL lease, run, then commit the marker (retention TTL) with the
-// reply and confirm the commit.
+// USING TTL lease, run, then commit the lease (retention TTL) with the
+// reply, on condition that it is still the execution's own (see commit).
 func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 	key := markerKey(x.cmd, x.cmd.Kind)
 	owner := x.owner()
@@ -299,8 +312,12 @@ func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 		// lease holder is about to commit to. The insert is tried again
 		// once the marker is gone.
 		for m := existing; ; {
-			if reply, done, err := x.existing(ctx, m, w); done || err != nil {
+			reply, next, err := x.existing(ctx, m, w)
+			if next == done || err != nil {
 				return reply, err
+			}
+			if next == takeOver {
+				break // removed: try the insert again
 			}
 			m, err = x.g.store.GetMarker(ctx, key)
 			if errors.Is(err, eventstore.ErrNotFound) {
@@ -346,41 +363,7 @@ func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 		x.g.log.WarnContext(ctx, "writeprotect: step ran longer than its lease is certain to last; another instance may have run it too (raise the lease-duration)",
 			x.logArgs("took", took, "lease", lease, "exclusive", exclusive)...)
 	}
-	if took >= runFor && !x.stillLeased(ctx, key, owner) {
-		return reply, nil
-	}
 	return x.settle(ctx, key, owner, reply, true), nil
-}
-
-// stillLeased reports whether the outcome of a STRICT run that went past
-// its deadline may be written: its lease may have expired meanwhile, and
-// the commit (a plain write) would then overwrite what another execution
-// recorded since, in particular a compensation recorded empty. It reads the
-// marker: the run's own lease, or no marker (expired, nobody took the step
-// over), may be written; another execution's lease, a committed marker or
-// COMPENSATED_EMPTY are left alone. A failed read lets the write go ahead,
-// as it would have without the check.
-func (x *execution) stillLeased(ctx context.Context, key eventstore.MarkerKey, owner string) bool {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
-	defer cancel()
-	m, err := x.g.store.GetMarker(cctx, key)
-	switch {
-	case errors.Is(err, eventstore.ErrNotFound):
-		return true
-	case err != nil:
-		x.g.log.WarnContext(ctx, "writeprotect: cannot check the lease of a step that ran past its deadline; recording its outcome anyway",
-			x.logArgs("err", err)...)
-		return true
-	case m.State == eventstore.MarkerLeased && m.Owner == owner:
-		return true
-	}
-	x.g.stats.lostLeases.Add(1)
-	msg := "writeprotect: step ran past its lease and another execution took the step over; its outcome is not recorded"
-	if m.State == eventstore.MarkerCompensatedEmpty {
-		msg = "writeprotect: step ran past its lease and its compensation was meanwhile recorded empty: its effect is NOT compensated"
-	}
-	x.g.log.ErrorContext(ctx, msg, x.logArgs("marker", m.State, "owner", m.Owner)...)
-	return false
 }
 
 // release deletes the lease this execution took, if the marker is still
@@ -408,8 +391,12 @@ func (x *execution) relaxed(ctx context.Context) (*topics.Envelope, error) {
 		if err != nil {
 			return nil, x.fail("read marker", err)
 		}
-		if reply, done, err := x.existing(ctx, m, w); done || err != nil {
+		reply, next, err := x.existing(ctx, m, w)
+		if next == done || err != nil {
 			return reply, err
+		}
+		if next == takeOver {
+			break // the run's record replaces the superseded one
 		}
 	}
 	if fenced, err := x.fence(ctx, nil); fenced || err != nil {
@@ -420,31 +407,64 @@ func (x *execution) relaxed(ctx context.Context) (*topics.Envelope, error) {
 	return x.settle(ctx, key, x.owner(), reply, false), nil
 }
 
+// next says what follows a marker found on the step's own key.
+type next int
+
+const (
+	// done: the reply (or error) returned is final.
+	done next = iota
+	// again: read the marker again (after a wait for a live lease).
+	again
+	// takeOver: the marker is the recorded outcome of an earlier attempt
+	// that this attempt supersedes; a STRICT guard removed it and takes
+	// the lease, a RELAXED one runs the step and writes over it.
+	takeOver
+)
+
 // existing handles a marker found on the step's own key: done with the
-// reply to send, or not done after waiting for a live lease (try again).
-func (x *execution) existing(ctx context.Context, m eventstore.Marker, w *waiter) (*topics.Envelope, bool, error) {
+// reply to send, again after waiting for a live lease, or takeOver.
+func (x *execution) existing(ctx context.Context, m eventstore.Marker, w *waiter) (*topics.Envelope, next, error) {
 	switch {
-	case m.State == eventstore.MarkerCommitted && x.supersedes(m):
-		// The recorded run paused its saga, and this is the step invoked
-		// again after the pause's deadline (a later attempt): it must run,
-		// not replay the pause. The old record goes; the caller tries
-		// again and finds no marker.
-		if err := x.g.store.DeleteMarker(ctx, m.MarkerKey); err != nil {
-			return nil, true, x.fail("delete the marker of a paused attempt", err)
-		}
-		return nil, false, nil
 	case m.State == eventstore.MarkerCommitted:
-		return x.recorded(ctx, m), true, nil
+		rep, err := topics.Decode(m.Reply)
+		if err != nil {
+			return x.unreadable(ctx, err), done, nil
+		}
+		if !x.supersedes(rep) {
+			return x.recorded(ctx, rep), done, nil
+		}
+		// The recorded attempt failed retryably or paused its saga, and
+		// this is a later attempt (the saga re-driven, or the step invoked
+		// again after the pause's deadline): it must run, not replay the
+		// record. RELAXED writes over it. STRICT removes it, on condition
+		// that it is still that record: of two deliveries of this attempt
+		// only one removes it, the other then finds its lease.
+		if x.policy.Mode != Strict {
+			x.g.stats.superseded.Add(1)
+			return nil, takeOver, nil
+		}
+		applied, _, err := x.g.store.DeleteMarkerIf(ctx, m.MarkerKey, m.State, m.Owner)
+		if err != nil {
+			return nil, done, x.fail("remove the record of an earlier attempt", err)
+		}
+		if !applied {
+			return nil, again, nil
+		}
+		x.g.stats.superseded.Add(1)
+		return nil, takeOver, nil
 	case m.State == eventstore.MarkerCompensatedEmpty && x.cmd.Kind == topics.KindProcess:
 		x.g.stats.hanging.Add(1)
 		x.g.log.WarnContext(ctx, "writeprotect: hanging action refused: its compensation already ran", x.logArgs()...)
-		return x.unchanged(topics.OutcomeNonRetryable, ErrHanging.Error()), true, nil
+		return x.unchanged(topics.OutcomeNonRetryable, ErrHanging.Error()), done, nil
 	case m.State == eventstore.MarkerLeased:
 		// In RELAXED mode this is the lease of a STRICT instance (the
 		// domain's mode differs between instances): wait for it too.
-		return nil, false, w.wait(ctx, m)
+		if err := w.wait(ctx, m); err != nil {
+			return nil, done, err
+		}
+		return nil, again, nil
 	default:
-		return nil, true, x.fail("check marker", fmt.Errorf("%w: state %q", ErrMarker, m.State))
+		return nil, done, x.fail("check marker", fmt.Errorf("%w: state %q", ErrMarker, m.State))
 	}
 }
 
@@ -496,42 +516,64 @@ func (x *execution) drop(ctx context.Context, own *eventstore.MarkerKey) {
 	}
 }
 
-// settle records the outcome of a run. A retryable outcome (or no reply)
-// is not recorded, so the re-driven step runs again; a STRICT lease is
-// deleted for it. Any other outcome is committed with the encoded reply,
-// for the retention (Config.MarkerRetention), and duplicates get it
-// instead of running; a STRICT commit is then confirmed (see confirm). The
-// writes are not bound by ctx: the step ran, its outcome must be recorded.
+// settle records the outcome of a run with the encoded reply, for the
+// retention (Config.MarkerRetention): duplicates of the same attempt get
+// it instead of running. A retryable outcome is recorded too; the next
+// attempt of the step supersedes it (see existing). No reply records
+// nothing (a STRICT lease is deleted). A STRICT execution commits its
+// lease with one conditional LWT (see commit); RELAXED writes the marker.
+// The writes are not bound by ctx: the step ran, its outcome must be
+// recorded.
 func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner string, reply *topics.Envelope, leased bool) *topics.Envelope {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
-	defer cancel()
-	if reply == nil || reply.Outcome == topics.OutcomeRetryable {
+	if reply == nil {
 		x.g.stats.released.Add(1)
 		if leased {
-			x.drop(ctx, &key)
+			x.unlease(ctx, key, owner)
 		}
 		return reply
 	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
+	defer cancel()
 	rec, err := encodeReply(x.cmd, reply)
 	if err != nil {
 		x.g.stats.commitFailures.Add(1)
 		x.g.log.ErrorContext(ctx, "writeprotect: cannot encode the reply to record it", x.logArgs("err", err)...)
 		if leased {
-			x.drop(ctx, &key)
+			x.unlease(ctx, key, owner)
 		}
 		return reply
 	}
 	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec, TTL: x.g.cfg.retention()}
-	err = x.put(cctx, m)
-	if err == nil && leased {
-		err = x.confirm(ctx, cctx, m)
+	if leased {
+		err = x.commit(ctx, cctx, m)
+	} else {
+		err = x.put(cctx, m)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errLost):
+	case err != nil:
 		x.g.stats.commitFailures.Add(1)
 		x.g.log.ErrorContext(ctx, "writeprotect: step ran but its marker could not be committed; a redelivery may run it again",
 			x.logArgs("err", err)...)
+	case reply.Outcome == topics.OutcomeRetryable:
+		x.g.stats.retryables.Add(1)
 	}
 	return reply
+}
+
+// unlease deletes the lease this execution holds, on condition that it
+// is still that lease: one that expired may have been taken over by
+// another execution (then counted as a lost lease).
+func (x *execution) unlease(ctx context.Context, key eventstore.MarkerKey, owner string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
+	defer cancel()
+	applied, got, err := x.g.store.DeleteMarkerIf(cctx, key, eventstore.MarkerLeased, owner)
+	switch {
+	case err != nil:
+		x.g.log.WarnContext(ctx, "writeprotect: could not delete a lease (it expires by itself)", x.logArgs("err", err)...)
+	case !applied && got.State != "":
+		x.lost(ctx, got)
+	}
 }
 
 // put writes m, trying three times (bounded by cctx).
@@ -549,52 +591,61 @@ func (x *execution) put(cctx context.Context, m eventstore.Marker) error {
 	}
 }
 
-// maxRewrites bounds how many times confirm writes a hidden commit again.
-const maxRewrites = 3
+// errLost: the outcome was not recorded because the lease was lost (logged
+// and counted in Stats.LostLeases, not a commit failure).
+var errLost = errors.New("writeprotect: lease lost")
 
-// confirm makes sure a STRICT commit is not hidden by the lease it
-// replaced; see "The commit is confirmed" in the package documentation.
-// It inserts the commit once more with INSERT ... IF NOT EXISTS (an LWT,
-// like the lease): its Paxos round first finishes any unfinished round on
-// the saga's partition, so a re-proposal of the lease stamped later than
-// the commit has landed when it reads the marker, and none can follow it.
-// It reads the commit: done. The execution's own lease: the commit was
-// hidden; it is written again after a pause (so that the rewrite's
-// timestamp is newer than the re-proposal's) and confirmed again, at most
-// maxRewrites times. No marker: the insert recorded the commit. Another
-// execution's marker is left alone (the lease expired and the step was
-// taken over, as in stillLeased).
-func (x *execution) confirm(ctx, cctx context.Context, m eventstore.Marker) error {
+// commit replaces the execution's lease with m in one conditional LWT
+// (eventstore.Markers.CommitMarker: IF owner = ? AND state = 'LEASED'),
+// trying three times (bounded by cctx). Being an LWT it first finishes any
+// unfinished Paxos round of the saga's marker partition, so a re-proposed
+// lease cannot hide it afterwards (see "The commit is conditional" in the
+// package documentation). Refused:
+//   - the marker is the commit itself (a try whose answer was lost): done;
+//   - no marker (the lease expired, nobody took the step over): m is
+//     inserted with IF NOT EXISTS, which loses to any execution that takes
+//     the step meanwhile;
+//   - another execution's lease or commit, or the compensation recorded
+//     empty: the step ran past its lease and lost it; nothing is written
+//     over that marker (errLost, Stats.LostLeases, logged as an error).
+func (x *execution) commit(ctx, cctx context.Context, m eventstore.Marker) error {
 	delay := x.g.opts.backoffInitial
-	for rewrites := 0; ; rewrites++ {
-		applied, got, err := x.g.store.InsertMarker(cctx, m, m.TTL)
-		switch {
-		case err != nil:
-			x.g.log.WarnContext(ctx, "writeprotect: cannot confirm a commit (it was written)", x.logArgs("err", err)...)
-			return nil
-		case applied, got.State == eventstore.MarkerCommitted && got.Owner == m.Owner:
-			return nil
-		case got.State != eventstore.MarkerLeased || got.Owner != m.Owner:
-			x.g.log.ErrorContext(ctx, "writeprotect: the step's commit was replaced by another execution's marker; the step may have run twice",
-				x.logArgs("marker", got.State, "owner", got.Owner)...)
-			return nil
+	for attempt := 1; ; attempt++ {
+		applied, got, err := x.g.store.CommitMarker(cctx, m)
+		if err == nil && !applied && got.State == "" {
+			applied, got, err = x.g.store.InsertMarker(cctx, m, m.TTL)
 		}
-		if rewrites == 0 {
-			x.g.stats.shadowedCommits.Add(1)
-			x.g.log.WarnContext(ctx, "writeprotect: the commit was hidden by the step's own lease (an LWT on the saga's partition re-proposed it); writing it again",
-				x.logArgs()...)
+		if err == nil {
+			switch {
+			case applied, got.State == m.State && got.Owner == m.Owner:
+				return nil
+			case got.State != eventstore.MarkerLeased || got.Owner != m.Owner:
+				x.lost(ctx, got)
+				return errLost
+			}
+			// Its own lease, which the condition should have matched:
+			// try again.
+			err = fmt.Errorf("commit refused by the execution's own lease")
 		}
-		if rewrites == maxRewrites {
-			return fmt.Errorf("commit still hidden by the step's lease after %d rewrites", maxRewrites)
-		}
-		if !sleep(cctx, delay) {
-			return cctx.Err()
-		}
-		delay = min(2*delay, x.g.opts.backoffMax)
-		if err := x.put(cctx, m); err != nil {
+		if attempt == 3 || cctx.Err() != nil {
 			return err
 		}
+		if !sleep(cctx, delay) {
+			return err
+		}
+		delay = min(2*delay, x.g.opts.backoffMax)
 	}
+}
+
+// lost logs and counts a STRICT execution whose lease was taken over
+// before its outcome could be recorded (it ran past its lease).
+func (x *execution) lost(ctx context.Context, m eventstore.Marker) {
+	x.g.stats.lostLeases.Add(1)
+	msg := "writeprotect: step ran past its lease and another execution took the step over; its outcome is not recorded"
+	if m.State == eventstore.MarkerCompensatedEmpty {
+		msg = "writeprotect: step ran past its lease and its compensation was meanwhile recorded empty: its effect is NOT compensated"
+	}
+	x.g.log.ErrorContext(ctx, msg, x.logArgs("marker", m.State, "owner", m.Owner)...)
 }
 
 // sleep waits for d or until ctx ends; it reports whether d passed.
@@ -609,36 +660,33 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// recorded returns the reply recorded in a committed marker, addressed to
-// cmd (its attempt and trace: a re-driven command gets a reply the
-// orchestrator accepts).
-// supersedes reports whether the command is a later attempt of a step whose
-// recorded run paused the saga: the re-invocation after the pause's
-// deadline.
-func (x *execution) supersedes(m eventstore.Marker) bool {
-	if x.cmd.Attempt <= 1 {
-		return false
-	}
-	rep, err := topics.Decode(m.Reply)
-	return err == nil && rep.Pause != nil && rep.Attempt < x.cmd.Attempt
+// supersedes reports whether the command is a later attempt of a step
+// whose recorded attempt failed retryably (the saga was re-driven) or
+// paused the saga (the step is invoked again after the pause's deadline).
+func (x *execution) supersedes(rep *topics.Envelope) bool {
+	return x.cmd.Attempt > 1 && (rep.Outcome == topics.OutcomeRetryable || rep.Pause != nil) && rep.Attempt < x.cmd.Attempt
 }
 
-func (x *execution) recorded(ctx context.Context, m eventstore.Marker) *topics.Envelope {
-	rep, err := topics.Decode(m.Reply)
-	if err != nil {
-		// The step ran but what it replied is lost: fail it so that the
-		// saga compensates instead of hanging. An action's failure says
-		// that the action ran (ActionDone): its effect is in place, so the
-		// orchestrator compensates it too, not only the steps before it.
-		x.g.log.ErrorContext(ctx, "writeprotect: unreadable recorded reply", x.logArgs("err", err)...)
-		x.g.stats.duplicates.Add(1)
-		rep := x.unchanged(topics.OutcomeNonRetryable, fmt.Sprintf("writeprotect: the step already ran but its recorded reply is unreadable: %v", err))
-		rep.ActionDone = x.cmd.Kind == topics.KindProcess
-		return rep
-	}
+// recorded returns rep, the reply recorded in a committed marker,
+// addressed to cmd (its attempt and trace: a re-driven command gets a
+// reply the orchestrator accepts).
+func (x *execution) recorded(ctx context.Context, rep *topics.Envelope) *topics.Envelope {
 	x.g.stats.duplicates.Add(1)
 	x.g.log.DebugContext(ctx, "writeprotect: duplicate skipped, recorded reply re-sent", x.logArgs("outcome", rep.Outcome)...)
 	address(rep, x.cmd)
+	return rep
+}
+
+// unreadable is the reply to a duplicate whose recorded reply cannot be
+// decoded: the step ran but what it replied is lost. It fails the step so
+// that the saga compensates instead of hanging; an action's failure says
+// that the action ran (ActionDone): its effect is in place, so the
+// orchestrator compensates it too, not only the steps before it.
+func (x *execution) unreadable(ctx context.Context, err error) *topics.Envelope {
+	x.g.log.ErrorContext(ctx, "writeprotect: unreadable recorded reply", x.logArgs("err", err)...)
+	x.g.stats.duplicates.Add(1)
+	rep := x.unchanged(topics.OutcomeNonRetryable, fmt.Sprintf("writeprotect: the step already ran but its recorded reply is unreadable: %v", err))
+	rep.ActionDone = x.cmd.Kind == topics.KindProcess
 	return rep
 }
 

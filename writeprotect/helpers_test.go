@@ -279,6 +279,25 @@ func (f *faultStore) PutMarker(ctx context.Context, m eventstore.Marker) error {
 	return f.Store.PutMarker(ctx, m)
 }
 
+// CommitMarker is the STRICT commit: it counts as a put and fails with
+// putErr.
+func (f *faultStore) CommitMarker(ctx context.Context, m eventstore.Marker) (bool, eventstore.Marker, error) {
+	f.puts.Add(1)
+	if e := f.putErr.Load(); e != nil {
+		return false, eventstore.Marker{}, *e
+	}
+	return f.Store.CommitMarker(ctx, m)
+}
+
+// DeleteMarkerIf counts as a delete and fails with deleteErr.
+func (f *faultStore) DeleteMarkerIf(ctx context.Context, k eventstore.MarkerKey, state eventstore.MarkerState, owner string) (bool, eventstore.Marker, error) {
+	f.deletes.Add(1)
+	if e := f.deleteErr.Load(); e != nil {
+		return false, eventstore.Marker{}, *e
+	}
+	return f.Store.DeleteMarkerIf(ctx, k, state, owner)
+}
+
 func (f *faultStore) GetMarker(ctx context.Context, k eventstore.MarkerKey) (eventstore.Marker, error) {
 	if e := f.getErr.Load(); e != nil {
 		return eventstore.Marker{}, *e

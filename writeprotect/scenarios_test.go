@@ -28,6 +28,7 @@ func runScenarios(t *testing.T, sc scale, newBackend func(t *testing.T) *backend
 		t.Run(string(mode), func(t *testing.T) {
 			t.Run("SequentialDuplicates", func(t *testing.T) { scenarioSequential(t, newBackend(t), mode) })
 			t.Run("Retryable", func(t *testing.T) { scenarioRetryable(t, newBackend(t), mode) })
+			t.Run("RetryableThenCompensation", func(t *testing.T) { scenarioRetryableThenCompensation(t, newBackend(t), mode) })
 			t.Run("NullCompensationAndHanging", func(t *testing.T) { scenarioNullAndHanging(t, newBackend(t), mode) })
 			t.Run("Compensation", func(t *testing.T) { scenarioCompensation(t, newBackend(t), mode) })
 			t.Run("TerminalFence", func(t *testing.T) { scenarioTerminalFence(t, newBackend(t), mode) })
@@ -37,6 +38,7 @@ func runScenarios(t *testing.T, sc scale, newBackend func(t *testing.T) *backend
 		})
 	}
 	t.Run("STRICT/ConcurrentInstances", func(t *testing.T) { scenarioConcurrent(t, newBackend(t), sc) })
+	t.Run("STRICT/RetryableNextAttemptRace", func(t *testing.T) { scenarioRetryableNextAttemptRace(t, newBackend(t), sc.instances) })
 	t.Run("STRICT/CrashBetweenLeaseAndCommit", func(t *testing.T) { scenarioCrashPanic(t, newBackend(t)) })
 	t.Run("STRICT/AbandonedLease", func(t *testing.T) { scenarioAbandonedLease(t, newBackend(t), sc.instances) })
 	t.Run("STRICT/CompensationRacesAction", func(t *testing.T) { scenarioRace(t, newBackend(t), sc.raceTxs) })
@@ -84,43 +86,149 @@ func scenarioSequential(t *testing.T, b *backend, mode writeprotect.Mode) {
 	}
 }
 
-// A retryable outcome is not recorded: the re-driven step runs again; the
-// ok outcome that follows is, and stops later duplicates.
+// A retryable outcome is recorded under its attempt: duplicates of that
+// attempt, on any instance, re-send the recorded reply without running the
+// step (review finding: every duplicate ran the handler again); the next
+// attempt runs it, and so on until an outcome that is final. A stale
+// duplicate of an earlier attempt gets the latest record.
 func scenarioRetryable(t *testing.T, b *backend, mode writeprotect.Mode) {
 	scope := uniqueScope(t)
-	g := b.guard(t, mode)
+	g, g2 := b.guard(t, mode), b.guard(t, mode)
 	h := handler{outcome: topics.OutcomeRetryable}
-	cmd := command(scope, "tx-retry", 2, topics.KindProcess)
-	if r := execute(t, g, cmd, h.run(cmd)); r.Outcome != topics.OutcomeRetryable {
-		t.Fatalf("first reply %+v", r)
+	attempt := func(n int) *topics.Envelope {
+		cmd := command(scope, "tx-retry", 2, topics.KindProcess)
+		cmd.Attempt = n
+		return cmd
 	}
-	if _, err := b.store.GetMarker(context.Background(), writeprotect.MarkerKeyFor(cmd)); !errors.Is(err, eventstore.ErrNotFound) {
-		t.Fatalf("marker after a retryable outcome: %v, want none", err)
+	for n := 1; n <= 2; n++ {
+		cmd := attempt(n)
+		first := execute(t, g, cmd, h.run(cmd))
+		if first.Outcome != topics.OutcomeRetryable || first.Attempt != n || h.runs.Load() != int64(n) {
+			t.Fatalf("attempt %d: reply %+v after %d runs", n, first, h.runs.Load())
+		}
+		m, err := b.store.GetMarker(context.Background(), writeprotect.MarkerKeyFor(cmd))
+		if err != nil || m.State != eventstore.MarkerCommitted || !retained(m) {
+			t.Fatalf("attempt %d: marker after a retryable outcome %+v, %v; want it recorded", n, m, err)
+		}
+		for i := range 4 {
+			gi := g
+			if i%2 == 0 {
+				gi = g2
+			}
+			dup := execute(t, gi, cmd, h.run(cmd))
+			if err := sameReply(first, dup); err != nil {
+				t.Fatalf("attempt %d, duplicate %d: %v", n, i, err)
+			}
+		}
+		if h.runs.Load() != int64(n) {
+			t.Fatalf("attempt %d: the handler ran %d times, want %d (duplicates of a retryably failed attempt must not run)", n, h.runs.Load(), n)
+		}
 	}
 	h.outcome = topics.OutcomeOK
-	cmd2 := *cmd
-	cmd2.Attempt = 2
-	first := execute(t, g, &cmd2, h.run(&cmd2))
-	again := execute(t, g, &cmd2, h.run(&cmd2))
-	if h.runs.Load() != 2 || first.Outcome != topics.OutcomeOK {
+	cmd3 := attempt(3)
+	first := execute(t, g2, cmd3, h.run(cmd3))
+	again := execute(t, g, cmd3, h.run(cmd3))
+	if h.runs.Load() != 3 || first.Outcome != topics.OutcomeOK || first.Attempt != 3 {
 		t.Fatalf("runs %d, reply %+v", h.runs.Load(), first)
 	}
 	if err := sameReply(first, again); err != nil {
 		t.Fatal(err)
 	}
-	if st := g.Stats(); st.Released != 1 || st.Executions != 2 || st.DuplicatesSkipped != 1 {
+	// A late copy of attempt 1 gets the final reply (addressed to it; the
+	// orchestrator drops it as stale).
+	if late := execute(t, g, attempt(1), h.run(attempt(1))); h.runs.Load() != 3 || late.Outcome != topics.OutcomeOK || late.Attempt != 1 {
+		t.Fatalf("late duplicate of attempt 1: reply %+v after %d runs", late, h.runs.Load())
+	}
+	st := sumStats(g, g2)
+	if st.RetryablesRecorded != 2 || st.Superseded != 2 || st.Executions != 3 || st.DuplicatesSkipped != 10 || st.Released != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	// A non-retryable outcome is final: recorded like ok.
 	h.outcome = topics.OutcomeNonRetryable
-	cmd3 := command(scope, "tx-retry", 3, topics.KindProcess)
-	r1 := execute(t, g, cmd3, h.run(cmd3))
-	r2 := execute(t, g, cmd3, h.run(cmd3))
-	if h.runs.Load() != 3 || r1.Outcome != topics.OutcomeNonRetryable {
+	cmd4 := command(scope, "tx-retry", 3, topics.KindProcess)
+	r1 := execute(t, g, cmd4, h.run(cmd4))
+	cmd4b := *cmd4
+	cmd4b.Attempt = 2
+	r2 := execute(t, g, &cmd4b, h.run(&cmd4b))
+	if h.runs.Load() != 4 || r1.Outcome != topics.OutcomeNonRetryable || r2.Attempt != 2 {
 		t.Fatalf("runs %d, reply %+v", h.runs.Load(), r1)
 	}
+	r2.Attempt = 1
 	if err := sameReply(r1, r2); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The next attempt of a retryably failed step, delivered to many STRICT
+// instances at once, runs once: only one removes the record (a
+// conditional delete), the others find its lease and then its commit.
+func scenarioRetryableNextAttemptRace(t *testing.T, b *backend, instances int) {
+	scope := uniqueScope(t)
+	h := handler{outcome: topics.OutcomeRetryable}
+	cmd := command(scope, "tx-retry-race", 1, topics.KindProcess)
+	execute(t, b.guard(t, writeprotect.Strict), cmd, h.run(cmd))
+	h.outcome = topics.OutcomeOK
+	next := *cmd
+	next.Attempt = 2
+	guards := make([]*writeprotect.Guard, instances)
+	for i := range guards {
+		guards[i] = b.guard(t, writeprotect.Strict)
+	}
+	replies := make([]*topics.Envelope, instances)
+	var wg sync.WaitGroup
+	for i, g := range guards {
+		wg.Go(func() { replies[i] = execute(t, g, &next, h.run(&next)) })
+	}
+	wg.Wait()
+	if h.runs.Load() != 2 {
+		t.Fatalf("the handler ran %d times, want 2 (attempt 1 and one run of attempt 2)", h.runs.Load())
+	}
+	for i, r := range replies {
+		if err := sameReply(replies[0], r); err != nil || r.Outcome != topics.OutcomeOK {
+			t.Fatalf("instance %d: %+v, %v", i, r, err)
+		}
+	}
+	if st := sumStats(guards...); st.Superseded != 1 || st.Executions != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A compensation of an action whose only attempt failed retryably: without
+// ActionDone the action did not complete, so the compensation is null and
+// the action's next attempt is refused (hanging), as when a retryable
+// outcome left no marker; with ActionDone (the orchestrator holds an ok
+// reply) the compensation runs.
+func scenarioRetryableThenCompensation(t *testing.T, b *backend, mode writeprotect.Mode) {
+	scope := uniqueScope(t)
+	g := b.guard(t, mode)
+	h := handler{outcome: topics.OutcomeRetryable}
+	proc := command(scope, "tx-retry-comp", 1, topics.KindProcess)
+	execute(t, g, proc, h.run(proc))
+	h.outcome = topics.OutcomeOK
+	rev := command(scope, "tx-retry-comp", 1, topics.KindRevert)
+	if r := execute(t, g, rev, h.run(rev)); r.Outcome != topics.OutcomeOK || h.runs.Load() != 1 {
+		t.Fatalf("compensation: reply %+v after %d runs, want a null compensation", r, h.runs.Load())
+	}
+	next := *proc
+	next.Attempt = 2
+	if r := execute(t, g, &next, h.run(&next)); r.Error != writeprotect.ErrHanging.Error() || h.runs.Load() != 1 {
+		t.Fatalf("next attempt after the null compensation: reply %+v after %d runs, want refused", r, h.runs.Load())
+	}
+	if st := g.Stats(); st.NullCompensations != 1 || st.HangingRefusals != 1 || st.MissingActionMarkers != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	h.outcome = topics.OutcomeRetryable
+	proc2 := command(scope, "tx-retry-comp", 2, topics.KindProcess)
+	execute(t, g, proc2, h.run(proc2))
+	h.outcome = topics.OutcomeOK
+	rev2 := command(scope, "tx-retry-comp", 2, topics.KindRevert)
+	rev2.ActionDone = true
+	if r := execute(t, g, rev2, h.run(rev2)); r.Outcome != topics.OutcomeOK || h.runs.Load() != 3 {
+		t.Fatalf("compensation with ActionDone: reply %+v after %d runs, want it run", r, h.runs.Load())
+	}
+	if st := g.Stats(); st.MissingActionMarkers != 0 {
+		t.Fatalf("stats %+v: the action's marker was there", st)
 	}
 }
 

@@ -28,9 +28,16 @@ type Stats struct {
 	// already terminal (nothing run, nothing sent).
 	TerminalFenced uint64
 	// Released counts executions whose marker was removed instead of
-	// committed: a retryable outcome (the step will be re-driven) or no
-	// reply at all.
+	// committed: those that produced no reply at all.
 	Released uint64
+	// RetryablesRecorded counts retryable outcomes recorded: a duplicate
+	// of the same attempt re-sends the recorded reply without running the
+	// step; the next attempt runs it (see Superseded).
+	RetryablesRecorded uint64
+	// Superseded counts recorded outcomes of an attempt (a retryable
+	// failure, or a pause) that a later attempt of the step replaced: the
+	// later attempt ran the step.
+	Superseded uint64
 	// LeaseOverruns counts STRICT executions that ran longer than their
 	// lease is certain to last (the lease less a second lost to
 	// whole-second TTLs and the clock-skew margin), after which another
@@ -44,10 +51,10 @@ type Stats struct {
 	// deadline): the lease was released, the step not run, and Execute
 	// returned ErrLeaseExpired.
 	LateLeases uint64
-	// LostLeases counts STRICT executions that ran past their deadline and
-	// found, before recording their outcome, that another execution had
-	// taken the step over or that its compensation had been recorded
-	// empty: their outcome was not written over that marker.
+	// LostLeases counts STRICT executions whose conditional commit found
+	// that another execution had taken the step over or that its
+	// compensation had been recorded empty (they ran past their lease):
+	// their outcome was not written over that marker.
 	LostLeases uint64
 	// MissingActionMarkers counts compensations run although their
 	// action's marker was missing or COMPENSATED_EMPTY, because the command
@@ -55,11 +62,13 @@ type Stats struct {
 	// failed after the action ran. Without ActionDone they would have been
 	// null compensations.
 	MissingActionMarkers uint64
-	// ShadowedCommits counts STRICT commits that the LWT confirming them
-	// found hidden by the execution's own lease (on Cassandra, an LWT on
-	// the saga's marker partition re-proposed the lease's unfinished Paxos
-	// round with a newer write timestamp); they were written again (those
-	// still hidden after three rewrites count in CommitFailures too).
+	// ShadowedCommits counted STRICT commits found hidden by the
+	// execution's own lease when a commit was a plain write confirmed by an
+	// LWT.
+	//
+	// Deprecated: a STRICT commit is one conditional LWT
+	// (eventstore.Markers.CommitMarker), which a re-proposed lease cannot
+	// hide; it is always zero.
 	ShadowedCommits uint64
 }
 
@@ -74,6 +83,8 @@ func (s Stats) Add(o Stats) Stats {
 		HangingRefusals:      s.HangingRefusals + o.HangingRefusals,
 		TerminalFenced:       s.TerminalFenced + o.TerminalFenced,
 		Released:             s.Released + o.Released,
+		RetryablesRecorded:   s.RetryablesRecorded + o.RetryablesRecorded,
+		Superseded:           s.Superseded + o.Superseded,
 		LeaseOverruns:        s.LeaseOverruns + o.LeaseOverruns,
 		CommitFailures:       s.CommitFailures + o.CommitFailures,
 		LateLeases:           s.LateLeases + o.LateLeases,
@@ -86,7 +97,7 @@ func (s Stats) Add(o Stats) Stats {
 type counters struct {
 	executions, duplicates, leaseWaits, leaseHeld, nullComps, hanging,
 	fenced, released, overruns, commitFailures, lateLeases, lostLeases,
-	missingActions, shadowedCommits atomic.Uint64
+	missingActions, shadowedCommits, retryables, superseded atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -99,6 +110,8 @@ func (c *counters) snapshot() Stats {
 		HangingRefusals:      c.hanging.Load(),
 		TerminalFenced:       c.fenced.Load(),
 		Released:             c.released.Load(),
+		RetryablesRecorded:   c.retryables.Load(),
+		Superseded:           c.superseded.Load(),
 		LeaseOverruns:        c.overruns.Load(),
 		CommitFailures:       c.commitFailures.Load(),
 		LateLeases:           c.lateLeases.Load(),

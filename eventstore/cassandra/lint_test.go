@@ -20,7 +20,7 @@ import (
 var (
 	createTable  = regexp.MustCompile(`(?is)CREATE TABLE IF NOT EXISTS \$\{keyspace\}\.(\w+)\s*\((.*?)\)\s*(?:WITH[^;]*)?;`)
 	partitionKey = regexp.MustCompile(`(?is)PRIMARY KEY\s*\(\s*\(([^)]*)\)`)
-	dmlStart     = regexp.MustCompile(`(?s)^\s*(SELECT\s.*\sFROM\s|INSERT\s+INTO\s|UPDATE\s+\S+\s+SET\s|DELETE\s(.*\s)?FROM\s)`)
+	dmlStart     = regexp.MustCompile(`(?s)^\s*(SELECT\s.*\sFROM\s|INSERT\s+INTO\s|UPDATE\s+\S+\s+(?:USING\s.*?\s)?SET\s|DELETE\s(.*\s)?FROM\s)`)
 	dmlTable     = regexp.MustCompile(`(?is)^\s*(?:SELECT\b.*?\bFROM|INSERT\s+INTO|UPDATE|DELETE\b.*?\bFROM)\s+(?:\{ks\}\.|\w+\.)?(\w+)`)
 	insertCols   = regexp.MustCompile(`(?is)^\s*INSERT\s+INTO\s+\S+\s*\(([^)]*)\)`)
 	whereClause  = regexp.MustCompile(`(?is)\bWHERE\b(.*?)(?:\bLIMIT\b|\bIF\b|\bALLOW\b|$)`)
@@ -148,6 +148,7 @@ func TestCQLCheckerCatchesViolations(t *testing.T) {
 		`INSERT INTO {ks}.es_days_by_year (region, cluster, service_name, date_of_year) VALUES (?, ?, ?, ?)`:                             "year",
 		`SELECT * FROM {ks}.es_instances_by_recovery_window WHERE region = ? AND cluster = ? AND service_name = ? AND minute_of_day = ?`: "date_of_year",
 		`SELECT * FROM {ks}.nope WHERE a = ?`: "does not declare",
+		`UPDATE {ks}.es_execution_markers USING TTL ? SET state = ? WHERE region = ? AND cluster = ? AND transaction_id = ? AND span = ? IF owner = ?`: "service_name",
 	}
 	for stmt, want := range bad {
 		problems := strings.Join(checkCQL(stmt, keys), "; ")
@@ -155,9 +156,12 @@ func TestCQLCheckerCatchesViolations(t *testing.T) {
 			t.Errorf("checker on %q reported %q, want a problem mentioning %q", stmt, problems, want)
 		}
 	}
-	for _, good := range []string{cqlSelectTx, cqlDropBucket, cqlUpsertEntry, cqlSelectInstance} {
+	for _, good := range []string{cqlSelectTx, cqlDropBucket, cqlUpsertEntry, cqlSelectInstance, cqlCommitMarker, cqlDeleteMarkerIf} {
 		if p := checkCQL(good, keys); len(p) > 0 {
 			t.Errorf("checker rejects %q: %v", good, p)
+		}
+		if !dmlStart.MatchString(good) {
+			t.Errorf("the finder does not take %q for a statement", good)
 		}
 	}
 }

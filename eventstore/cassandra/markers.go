@@ -89,6 +89,77 @@ func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
 	return s.exec(ctx, "put marker", s.st.putMarker, append(markerValues(m, time.Time{}, s.now()), ttl)...)
 }
 
+// CommitMarker replaces the live lease of m.Owner on m's key with m in one
+// LWT: UPDATE ... USING TTL SET (every non-key column) IF state = 'LEASED'
+// AND owner = ?. Every column is written, so that none keeps the lease's
+// TTL; the row outlives the lease's row marker by its cells. See
+// eventstore.Markers.
+func (s *Store) CommitMarker(ctx context.Context, m eventstore.Marker) (bool, eventstore.Marker, error) {
+	if err := s.check(ctx, m.MarkerKey.Validate()); err != nil {
+		return false, eventstore.Marker{}, err
+	}
+	ttl := int(eventstore.CeilSeconds(m.TTL) / time.Second)
+	updated := m.UpdatedAt
+	if updated.IsZero() {
+		updated = s.now()
+	}
+	vals := []any{ttl, string(m.State), m.Owner, blob(m.Reply), eventstore.StoredTime(time.Time{}), eventstore.StoredTime(updated),
+		m.Region, m.Cluster, m.Service, m.TxID, m.Span, m.Kind, m.Site, string(eventstore.MarkerLeased), m.Owner}
+	return s.casMarker(ctx, "commit marker", s.st.commitMarker, m.MarkerKey, vals, func(existing eventstore.Marker) bool {
+		return existing.Owner == m.Owner && existing.State == m.State
+	})
+}
+
+// DeleteMarkerIf deletes the marker on key if it is in state and held by
+// owner, in one LWT. See eventstore.Markers.
+func (s *Store) DeleteMarkerIf(ctx context.Context, key eventstore.MarkerKey, state eventstore.MarkerState, owner string) (bool, eventstore.Marker, error) {
+	if err := s.check(ctx, key.Validate()); err != nil {
+		return false, eventstore.Marker{}, err
+	}
+	vals := []any{key.Region, key.Cluster, key.Service, key.TxID, key.Span, key.Kind, key.Site, string(state), owner}
+	return s.casMarker(ctx, "delete marker if", s.st.deleteMarkerIf, key, vals, func(existing eventstore.Marker) bool {
+		return existing.State == ""
+	})
+}
+
+// casMarker sends a conditional statement on one marker, retrying an
+// unknown outcome; a retry that is refused but finds what done recognises
+// (the earlier try's effect) reports applied.
+func (s *Store) casMarker(ctx context.Context, op, stmt string, key eventstore.MarkerKey, vals []any, done func(eventstore.Marker) bool) (bool, eventstore.Marker, error) {
+	for attempt := 0; ; attempt++ {
+		prev := make(map[string]any, 2)
+		applied, err := s.lwt(stmt, vals...).MapScanCASContext(ctx, prev)
+		if err == nil {
+			if applied {
+				return true, eventstore.Marker{}, nil
+			}
+			existing := condMarker(key, prev)
+			if attempt > 0 && done(existing) {
+				return true, eventstore.Marker{}, nil
+			}
+			return false, existing, nil
+		}
+		if !lwtRetryable(err) || attempt+1 >= s.lwtTries {
+			return false, eventstore.Marker{}, s.fail(op, err)
+		}
+		s.log.DebugContext(ctx, "cassandra: marker LWT outcome unknown, retrying", "op", op, "tx", key.TxID, "span", key.Span, "attempt", attempt+1, "err", err)
+		if err := backoff(ctx, attempt); err != nil {
+			return false, eventstore.Marker{}, s.fail(op, err)
+		}
+	}
+}
+
+// condMarker reads the columns a refused IF state = ? AND owner = ?
+// returned: none when there is no row.
+func condMarker(k eventstore.MarkerKey, prev map[string]any) eventstore.Marker {
+	state, _ := prev["state"].(string)
+	if state == "" {
+		return eventstore.Marker{}
+	}
+	owner, _ := prev["owner"].(string)
+	return eventstore.Marker{MarkerKey: k, State: eventstore.MarkerState(state), Owner: owner}
+}
+
 func scanMarker(scan func(...any) error, scope eventstore.Scope, txID string) (eventstore.Marker, error) {
 	m := eventstore.Marker{MarkerKey: eventstore.MarkerKey{Scope: scope, TxID: txID}}
 	var state string

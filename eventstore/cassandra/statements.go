@@ -42,6 +42,8 @@ const (
 
 	cqlInsertMarkerIfNotExists = `INSERT INTO {ks}.es_execution_markers (region, cluster, service_name, transaction_id, span, kind, site, state, owner, reply, lease_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?`
 	cqlPutMarker               = `INSERT INTO {ks}.es_execution_markers (region, cluster, service_name, transaction_id, span, kind, site, state, owner, reply, lease_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?`
+	cqlCommitMarker            = `UPDATE {ks}.es_execution_markers USING TTL ? SET state = ?, owner = ?, reply = ?, lease_until = ?, updated_at = ? WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? AND span = ? AND kind = ? AND site = ? IF state = ? AND owner = ?`
+	cqlDeleteMarkerIf          = `DELETE FROM {ks}.es_execution_markers WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? AND span = ? AND kind = ? AND site = ? IF state = ? AND owner = ?`
 	cqlSelectMarker            = `SELECT span, kind, site, state, owner, reply, updated_at, TTL(state) FROM {ks}.es_execution_markers WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? AND span = ? AND kind = ? AND site = ?`
 	cqlSelectMarkers           = `SELECT span, kind, site, state, owner, reply, updated_at, TTL(state) FROM {ks}.es_execution_markers WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
 	cqlDeleteMarker            = `DELETE FROM {ks}.es_execution_markers WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? AND span = ? AND kind = ? AND site = ?`
@@ -72,7 +74,7 @@ type statements struct {
 	insertTryout, selectTryouts                                     string
 	insertFrozen, deleteFrozen, selectFrozenOne, selectFrozenAfter  string
 	insertMarkerIfNotExists, putMarker, selectMarker, selectMarkers string
-	deleteMarker, deleteMarkers                                     string
+	deleteMarker, deleteMarkers, commitMarker, deleteMarkerIf       string
 	upsertDay, selectDays, deleteDay                                string
 	upsertWindow, selectWindows, deleteWindow                       string
 	upsertInstance, selectInstances, anyInstance, deleteInstance    string
@@ -87,7 +89,7 @@ func newStatements(keyspace string) statements {
 		insertTryout: r(cqlInsertTryout), selectTryouts: r(cqlSelectTryouts),
 		insertFrozen: r(cqlInsertFrozen), deleteFrozen: r(cqlDeleteFrozen), selectFrozenOne: r(cqlSelectFrozenOne), selectFrozenAfter: r(cqlSelectFrozenAfter),
 		insertMarkerIfNotExists: r(cqlInsertMarkerIfNotExists), putMarker: r(cqlPutMarker), selectMarker: r(cqlSelectMarker), selectMarkers: r(cqlSelectMarkers),
-		deleteMarker: r(cqlDeleteMarker), deleteMarkers: r(cqlDeleteMarkers),
+		deleteMarker: r(cqlDeleteMarker), deleteMarkers: r(cqlDeleteMarkers), commitMarker: r(cqlCommitMarker), deleteMarkerIf: r(cqlDeleteMarkerIf),
 		upsertDay: r(cqlUpsertDay), selectDays: r(cqlSelectDays), deleteDay: r(cqlDeleteDay),
 		upsertWindow: r(cqlUpsertWindow), selectWindows: r(cqlSelectWindows), deleteWindow: r(cqlDeleteWindow),
 		upsertInstance: r(cqlUpsertInstance), selectInstances: r(cqlSelectInstance), anyInstance: r(cqlAnyInstance), deleteInstance: r(cqlDeleteInstance),

@@ -93,6 +93,69 @@ func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
 	return nil
 }
 
+// CommitMarker replaces the live lease of m.Owner on m's key with m; see
+// eventstore.Markers.
+func (s *Store) CommitMarker(ctx context.Context, m eventstore.Marker) (bool, eventstore.Marker, error) {
+	if err := s.check(ctx, m.MarkerKey.Validate()); err != nil {
+		return false, eventstore.Marker{}, err
+	}
+	now := s.now()
+	pk := txKey{m.Scope, m.TxID}
+	ck := markerCK{m.Span, m.Kind, m.Site}
+	sh := s.shard(m.TxID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	cur, alive := liveRec(sh.markers[pk], ck, now)
+	if !alive || cur.State != eventstore.MarkerLeased || cur.Owner != m.Owner {
+		return false, condResult(cur, alive), nil
+	}
+	sh.markers[pk][ck] = s.markerRec(m, eventstore.CeilSeconds(m.TTL), now)
+	return true, eventstore.Marker{}, nil
+}
+
+// DeleteMarkerIf deletes the marker on key if it is in state and held by
+// owner; see eventstore.Markers.
+func (s *Store) DeleteMarkerIf(ctx context.Context, key eventstore.MarkerKey, state eventstore.MarkerState, owner string) (bool, eventstore.Marker, error) {
+	if err := s.check(ctx, key.Validate()); err != nil {
+		return false, eventstore.Marker{}, err
+	}
+	now := s.now()
+	pk := txKey{key.Scope, key.TxID}
+	ck := markerCK{key.Span, key.Kind, key.Site}
+	sh := s.shard(key.TxID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	part := sh.markers[pk]
+	cur, alive := liveRec(part, ck, now)
+	if !alive || cur.State != state || cur.Owner != owner {
+		return false, condResult(cur, alive), nil
+	}
+	delete(part, ck)
+	if len(part) == 0 {
+		delete(sh.markers, pk)
+	}
+	return true, eventstore.Marker{}, nil
+}
+
+// liveRec returns the live marker of part at ck, if any.
+func liveRec(part map[markerCK]markerRec, ck markerCK, now time.Time) (eventstore.Marker, bool) {
+	r, ok := part[ck]
+	if !ok {
+		return eventstore.Marker{}, false
+	}
+	return r.live(now)
+}
+
+// condResult is what a refused conditional statement reports of the
+// marker it found: its key, State and Owner, as Cassandra returns the
+// columns of the condition.
+func condResult(cur eventstore.Marker, alive bool) eventstore.Marker {
+	if !alive {
+		return eventstore.Marker{}
+	}
+	return eventstore.Marker{MarkerKey: cur.MarkerKey, State: cur.State, Owner: cur.Owner}
+}
+
 // GetMarker reads a live marker.
 func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (eventstore.Marker, error) {
 	if err := s.check(ctx, key.Validate()); err != nil {

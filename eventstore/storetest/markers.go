@@ -398,3 +398,160 @@ func testPutMarkerTTL(t *testing.T, e *env) {
 		t.Fatalf("the permanent marker: %v", err)
 	}
 }
+
+// testCommitMarker: CommitMarker replaces its owner's live lease, and only
+// that, with the committed marker, which then outlives the lease's TTL;
+// anything else (another owner's lease, no marker, an expired lease, a
+// committed or compensated-empty marker) is left alone and reported.
+func testCommitMarker(t *testing.T, e *env) {
+	ctx := t.Context()
+	const tx = "tx-commit"
+	k := markerKey(e.scope, tx, 1, "process", "worker:payment-service")
+	other := markerKey(e.scope, tx, 2, "process", "worker:payment-service")
+	e.advanceToFraction(0)
+	for _, key := range []eventstore.MarkerKey{k, other} {
+		applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: key, State: eventstore.MarkerLeased, Owner: "pod-a#1"}, time.Second)
+		must(t, err, "InsertMarker")
+		if !applied {
+			t.Fatal("InsertMarker not applied")
+		}
+	}
+	commit := eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "pod-a#1", Reply: []byte("reply"), TTL: time.Hour, UpdatedAt: base}
+
+	// Another owner's commit is refused and reports the lease.
+	wrong := commit
+	wrong.Owner = "pod-b#1"
+	applied, existing, err := e.store.CommitMarker(ctx, wrong)
+	must(t, err, "CommitMarker by another owner")
+	if applied || existing.State != eventstore.MarkerLeased || existing.Owner != "pod-a#1" {
+		t.Fatalf("CommitMarker by another owner: applied=%v existing=%+v, want refused with pod-a#1's lease", applied, existing)
+	}
+	// No marker at all: refused, nothing found, nothing written.
+	none := commit
+	none.MarkerKey = markerKey(e.scope, tx, 3, "process", "worker:payment-service")
+	applied, existing, err = e.store.CommitMarker(ctx, none)
+	must(t, err, "CommitMarker without a lease")
+	if applied || existing.State != "" {
+		t.Fatalf("CommitMarker without a lease: applied=%v existing=%+v, want refused with no marker", applied, existing)
+	}
+	_, err = e.store.GetMarker(ctx, none.MarkerKey)
+	mustIs(t, err, eventstore.ErrNotFound, "GetMarker after a refused CommitMarker")
+
+	// The owner's commit replaces its lease.
+	applied, _, err = e.store.CommitMarker(ctx, commit)
+	must(t, err, "CommitMarker")
+	if !applied {
+		t.Fatal("CommitMarker of the owner's live lease not applied")
+	}
+	check := func(what string) {
+		t.Helper()
+		got, err := e.store.GetMarker(ctx, k)
+		must(t, err, "GetMarker "+what)
+		if got.State != eventstore.MarkerCommitted || got.Owner != "pod-a#1" || string(got.Reply) != "reply" || !got.UpdatedAt.Equal(base) ||
+			got.TTL <= time.Hour-time.Minute || got.TTL > time.Hour {
+			t.Fatalf("committed marker %s: %+v, want COMMITTED by pod-a#1 with the reply, UpdatedAt %v and a TTL of about 1h", what, got, base)
+		}
+	}
+	check("after CommitMarker")
+	// A second commit (another try) finds the commit: refused, reported.
+	applied, existing, err = e.store.CommitMarker(ctx, commit)
+	must(t, err, "CommitMarker again")
+	if applied || existing.State != eventstore.MarkerCommitted || existing.Owner != "pod-a#1" {
+		t.Fatalf("CommitMarker over the commit: applied=%v existing=%+v", applied, existing)
+	}
+
+	// Past the lease's TTL the commit is still there (its own TTL), the
+	// other lease is gone and can no longer be committed.
+	e.advance(1500 * time.Millisecond)
+	e.eventually(t, "the uncommitted lease expired", 500*time.Millisecond, func() bool {
+		_, err := e.store.GetMarker(ctx, other)
+		if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
+			t.Fatalf("GetMarker: %v", err)
+		}
+		return err != nil
+	})
+	check("after its lease's TTL")
+	list, err := e.store.ListMarkers(ctx, e.scope, tx)
+	must(t, err, "ListMarkers")
+	if len(list) != 1 || list[0].MarkerKey != k || list[0].State != eventstore.MarkerCommitted {
+		t.Fatalf("ListMarkers %+v, want only the commit", list)
+	}
+	late := commit
+	late.MarkerKey = other
+	applied, existing, err = e.store.CommitMarker(ctx, late)
+	must(t, err, "CommitMarker of an expired lease")
+	if applied || existing.State != "" {
+		t.Fatalf("CommitMarker of an expired lease: applied=%v existing=%+v, want refused with no marker", applied, existing)
+	}
+	applied, existing, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "pod-c#1"}, time.Minute)
+	must(t, err, "InsertMarker over the commit")
+	if applied || existing.State != eventstore.MarkerCommitted || string(existing.Reply) != "reply" {
+		t.Fatalf("InsertMarker over the commit: applied=%v existing=%+v", applied, existing)
+	}
+
+	// A compensation recorded empty is not committed over.
+	empty := markerKey(e.scope, tx, 4, "process", "worker:payment-service")
+	applied, _, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: empty, State: eventstore.MarkerCompensatedEmpty, Owner: "pod-a#1"}, time.Hour)
+	must(t, err, "InsertMarker COMPENSATED_EMPTY")
+	if !applied {
+		t.Fatal("InsertMarker COMPENSATED_EMPTY not applied")
+	}
+	over := commit
+	over.MarkerKey = empty
+	applied, existing, err = e.store.CommitMarker(ctx, over)
+	must(t, err, "CommitMarker over COMPENSATED_EMPTY")
+	if applied || existing.State != eventstore.MarkerCompensatedEmpty {
+		t.Fatalf("CommitMarker over COMPENSATED_EMPTY: applied=%v existing=%+v", applied, existing)
+	}
+
+	// A permanent commit (TTL 0).
+	perm := markerKey(e.scope, tx, 5, "revert", "worker:payment-service")
+	applied, _, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: perm, State: eventstore.MarkerLeased, Owner: "pod-a#2"}, time.Minute)
+	must(t, err, "InsertMarker")
+	if !applied {
+		t.Fatal("InsertMarker not applied")
+	}
+	applied, _, err = e.store.CommitMarker(ctx, eventstore.Marker{MarkerKey: perm, State: eventstore.MarkerCommitted, Owner: "pod-a#2"})
+	must(t, err, "CommitMarker without TTL")
+	if got, err := e.store.GetMarker(ctx, perm); !applied || err != nil || got.State != eventstore.MarkerCommitted || got.TTL != 0 {
+		t.Fatalf("permanent commit: applied=%v marker %+v, %v", applied, got, err)
+	}
+}
+
+// testDeleteMarkerIf: DeleteMarkerIf deletes a marker only in the state
+// and of the owner it names, and reports what it found otherwise.
+func testDeleteMarkerIf(t *testing.T, e *env) {
+	ctx := t.Context()
+	k := markerKey(e.scope, "tx-delete-if", 1, "process", "worker:payment-service")
+	must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "pod-a#1", Reply: []byte("r"), TTL: time.Hour}), "PutMarker")
+	for _, c := range []struct {
+		state eventstore.MarkerState
+		owner string
+	}{{eventstore.MarkerLeased, "pod-a#1"}, {eventstore.MarkerCommitted, "pod-b#1"}} {
+		applied, existing, err := e.store.DeleteMarkerIf(ctx, k, c.state, c.owner)
+		must(t, err, "DeleteMarkerIf")
+		if applied || existing.State != eventstore.MarkerCommitted || existing.Owner != "pod-a#1" {
+			t.Fatalf("DeleteMarkerIf(%s, %s): applied=%v existing=%+v, want refused with pod-a#1's commit", c.state, c.owner, applied, existing)
+		}
+		if _, err := e.store.GetMarker(ctx, k); err != nil {
+			t.Fatalf("refused DeleteMarkerIf deleted the marker: %v", err)
+		}
+	}
+	applied, _, err := e.store.DeleteMarkerIf(ctx, k, eventstore.MarkerCommitted, "pod-a#1")
+	must(t, err, "DeleteMarkerIf")
+	if !applied {
+		t.Fatal("DeleteMarkerIf of the matching marker not applied")
+	}
+	_, err = e.store.GetMarker(ctx, k)
+	mustIs(t, err, eventstore.ErrNotFound, "GetMarker after DeleteMarkerIf")
+	applied, existing, err := e.store.DeleteMarkerIf(ctx, k, eventstore.MarkerCommitted, "pod-a#1")
+	must(t, err, "DeleteMarkerIf of no marker")
+	if applied || existing.State != "" {
+		t.Fatalf("DeleteMarkerIf of no marker: applied=%v existing=%+v", applied, existing)
+	}
+	applied, _, err = e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "pod-c#1"}, time.Minute)
+	must(t, err, "InsertMarker after DeleteMarkerIf")
+	if !applied {
+		t.Fatal("InsertMarker after DeleteMarkerIf not applied")
+	}
+}

@@ -112,6 +112,8 @@ var tests = []test{
 	{"MarkerLease", testMarkerLease},
 	{"MarkerPermanentInsert", testMarkerPermanentInsert},
 	{"MarkerDelete", testMarkerDelete},
+	{"CommitMarker", testCommitMarker},
+	{"DeleteMarkerIf", testDeleteMarkerIf},
 	{"MarkersPartitionDelete", testMarkersPartitionDelete},
 	{"ConcurrentConditionalInsert", testConcurrentInsert},
 	{"MarkerTTLExpiry", testMarkerTTLExpiry},
