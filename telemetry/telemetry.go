@@ -105,6 +105,18 @@ const (
 	// MetricGuardNullCompensations counts the compensations recorded empty
 	// because their action never ran ({command}; AttrService).
 	MetricGuardNullCompensations = "stacksaga.guard.null_compensations"
+	// MetricGuardRetryablesRecorded counts the retryable outcomes the guard
+	// recorded, so that duplicates of the failed attempt re-send them
+	// instead of running the handler ({command}; AttrService).
+	MetricGuardRetryablesRecorded = "stacksaga.guard.retryables_recorded"
+	// MetricGuardSuperseded counts the recorded outcomes of an attempt (a
+	// retryable failure, a pause) that a later attempt of the same step
+	// replaced ({command}; AttrService).
+	MetricGuardSuperseded = "stacksaga.guard.superseded"
+	// MetricGuardLostLeases counts the STRICT executions whose conditional
+	// commit found their lease taken over: the step ran here and another
+	// execution owns it now ({command}; AttrService).
+	MetricGuardLostLeases = "stacksaga.guard.lost_leases"
 )
 
 // Metric names shared by the orchestrator and the worker.

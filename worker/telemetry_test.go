@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -80,6 +81,17 @@ func TestWorkerMetrics(t *testing.T) {
 	}
 	w := e.newWorker(worker.WithMeterProvider(mp), worker.WithGuard(g))
 	registerPayment(t, w)
+	if err := worker.Register(w, worker.Endpoint[Order]{
+		Name: "flaky",
+		Process: func(_ context.Context, s *worker.Step, o Order) (Order, error) {
+			if s.Attempt == 1 {
+				return o, worker.Retryable(errors.New("gateway timeout"))
+			}
+			return o, nil
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	stop := e.start(w)
 
 	ok := e.cmd("tx-ok", "charge", 0, topics.KindProcess, Order{ID: "o1", Amount: 10})
@@ -87,10 +99,20 @@ func TestWorkerMetrics(t *testing.T) {
 	e.send(e.cmd("tx-bad", "charge", 0, topics.KindProcess, Order{ID: "o2", Amount: -1}))
 	e.send(e.cmd("tx-unknown", "nope", 0, topics.KindProcess, Order{ID: "o3"}))
 	e.sendRaw(&kgo.Record{Key: []byte("junk"), Value: []byte("not msgpack")})
+	// A retryable failure is recorded; its duplicate re-sends it; the next
+	// attempt supersedes it.
+	flaky := e.cmd("tx-flaky", "flaky", 0, topics.KindProcess, Order{ID: "o4"})
+	e.send(flaky, flaky)
 	e.waitFor("replies and dead letters", func(rs []*topics.Envelope, dlts []*kgo.Record) bool {
-		return len(rs) >= 4 && len(dlts) >= 2
+		return len(rs) >= 6 && len(dlts) >= 2
 	})
-	waitStats(t, w, worker.Stats{Processed: 3, DeadLettered: 2})
+	again := *flaky
+	again.Attempt = 2
+	e.send(&again)
+	e.waitFor("the second attempt's reply", func(rs []*topics.Envelope, _ []*kgo.Record) bool {
+		return len(rs) >= 7
+	})
+	waitStats(t, w, worker.Stats{Processed: 6, DeadLettered: 2})
 
 	ms := collect(t, reader)
 	svc := telemetry.AttrService.String(service)
@@ -101,10 +123,13 @@ func TestWorkerMetrics(t *testing.T) {
 	}{
 		{telemetry.MetricHandlerDuration, []attribute.KeyValue{svc, telemetry.AttrEndpoint.String("charge"), telemetry.AttrStepKind.String("process"), telemetry.AttrOutcome.String("ok")}, 1},
 		{telemetry.MetricHandlerDuration, []attribute.KeyValue{telemetry.AttrOutcome.String("non_retryable")}, 1},
-		{telemetry.MetricCommandsProcessed, []attribute.KeyValue{svc}, 3},
+		{telemetry.MetricCommandsProcessed, []attribute.KeyValue{svc}, 6},
 		{telemetry.MetricHandlerPanics, nil, 0},
-		{telemetry.MetricGuardExecutions, []attribute.KeyValue{svc}, 2},
-		{telemetry.MetricGuardDuplicatesSkipped, []attribute.KeyValue{svc}, 1},
+		{telemetry.MetricGuardExecutions, []attribute.KeyValue{svc}, 4},
+		{telemetry.MetricGuardDuplicatesSkipped, []attribute.KeyValue{svc}, 2},
+		{telemetry.MetricGuardRetryablesRecorded, []attribute.KeyValue{svc}, 1},
+		{telemetry.MetricGuardSuperseded, []attribute.KeyValue{svc}, 1},
+		{telemetry.MetricGuardLostLeases, []attribute.KeyValue{svc}, 0},
 		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrComponent.String("worker"), telemetry.AttrDeadLetterReason.String(worker.ReasonUndecodable)}, 1},
 		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrDeadLetterReason.String(worker.ReasonUnknownEndpoint)}, 1},
 	} {
@@ -112,11 +137,11 @@ func TestWorkerMetrics(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.match, got, c.want)
 		}
 	}
-	if got := total(ms[telemetry.MetricKafkaConsumed]); got < 5 {
-		t.Errorf("%s = %v, want at least the 5 commands", telemetry.MetricKafkaConsumed, got)
+	if got := total(ms[telemetry.MetricKafkaConsumed]); got < 8 {
+		t.Errorf("%s = %v, want at least the 8 commands", telemetry.MetricKafkaConsumed, got)
 	}
-	// 4 replies (the duplicate's too) and 2 dead letters.
-	if got := total(ms[telemetry.MetricKafkaSent]); got < 6 {
+	// 7 replies (the duplicates' too) and 2 dead letters.
+	if got := total(ms[telemetry.MetricKafkaSent]); got < 9 {
 		t.Errorf("%s = %v, want at least 6", telemetry.MetricKafkaSent, got)
 	}
 	if got := total(ms[telemetry.MetricKafkaConnects]); got == 0 {

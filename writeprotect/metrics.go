@@ -13,8 +13,9 @@ import (
 
 // RegisterMetrics reports the guard's counters through mp, read from Stats
 // when collected (nothing is added to Execute): executions, duplicates
-// skipped, lease waits, leases held past the wait and null compensations
-// (telemetry.MetricGuard*), each with attrs. A worker made with
+// skipped, lease waits, leases held past the wait, null compensations,
+// retryable outcomes recorded, recorded outcomes superseded and lost
+// leases (telemetry.MetricGuard*), each with attrs. A worker made with
 // worker.WithMeterProvider calls it with its service as attribute; call it
 // yourself for a guard used otherwise. Unregister the result to stop.
 func (g *Guard) RegisterMetrics(mp metric.MeterProvider, attrs ...attribute.KeyValue) (metric.Registration, error) {
@@ -33,6 +34,9 @@ func (g *Guard) RegisterMetrics(mp metric.MeterProvider, attrs ...attribute.KeyV
 	waits := counter(telemetry.MetricGuardLeaseWaits, "{wait}", "Waits for another execution's live lease.")
 	held := counter(telemetry.MetricGuardLeaseHeld, "{command}", "Commands put back because a lease outlived the wait.")
 	nulls := counter(telemetry.MetricGuardNullCompensations, "{command}", "Compensations recorded empty because their action never ran.")
+	retryables := counter(telemetry.MetricGuardRetryablesRecorded, "{command}", "Retryable outcomes recorded: duplicates of the failed attempt re-send them.")
+	superseded := counter(telemetry.MetricGuardSuperseded, "{command}", "Recorded outcomes of an attempt that a later attempt of the step replaced.")
+	lost := counter(telemetry.MetricGuardLostLeases, "{command}", "STRICT executions whose conditional commit found their lease taken over.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("writeprotect: metrics: %w", err)
 	}
@@ -44,8 +48,11 @@ func (g *Guard) RegisterMetrics(mp metric.MeterProvider, attrs ...attribute.KeyV
 		ob.ObserveInt64(waits, int64(st.LeaseWaits), on)
 		ob.ObserveInt64(held, int64(st.LeaseHeld), on)
 		ob.ObserveInt64(nulls, int64(st.NullCompensations), on)
+		ob.ObserveInt64(retryables, int64(st.RetryablesRecorded), on)
+		ob.ObserveInt64(superseded, int64(st.Superseded), on)
+		ob.ObserveInt64(lost, int64(st.LostLeases), on)
 		return nil
-	}, executions, duplicates, waits, held, nulls)
+	}, executions, duplicates, waits, held, nulls, retryables, superseded, lost)
 	if err != nil {
 		return nil, fmt.Errorf("writeprotect: metrics: %w", err)
 	}
