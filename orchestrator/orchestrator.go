@@ -352,15 +352,7 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 		return err
 	}
 	o.runOnce.Do(func() { close(o.running) })
-	err = kafkaloop.Run(ctx, cons, func(_ context.Context, r *kgo.Record) error {
-		err := o.handleRecord(pctx, r)
-		if errors.Is(err, eventstore.ErrPermanent) {
-			// The store refuses this reply for good (a key it cannot
-			// hold): dead-letter it rather than retry it for ever.
-			return kafkaloop.Permanent(err)
-		}
-		return err
-	}, kafkaloop.Options{
+	err = kafkaloop.Run(ctx, cons, loopHandler(pctx, o.handleRecord), kafkaloop.Options{
 		Concurrency: o.cfg.concurrency,
 		Logger:      o.cfg.logger,
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
@@ -797,3 +789,17 @@ func (o *Orchestrator[T]) emit(e Event) {
 
 // logger returns the configured logger.
 func (o *Orchestrator[T]) logger() *slog.Logger { return o.cfg.logger }
+
+// loopHandler adapts handle, run with ctx (one that outlives Run's, so a
+// reply being applied finishes at shutdown), to kafkaloop: a reply the
+// store refuses for good (a key it cannot hold) is Permanent, so that it is
+// dead-lettered rather than retried for ever.
+func loopHandler(ctx context.Context, handle func(context.Context, *kgo.Record) error) kafkaloop.Handler {
+	return func(_ context.Context, r *kgo.Record) error {
+		err := handle(ctx, r)
+		if errors.Is(err, eventstore.ErrPermanent) {
+			return kafkaloop.Permanent(err)
+		}
+		return err
+	}
+}

@@ -87,13 +87,7 @@ func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) 
 		o.logger().Warn("orchestrator: could not configure the share group (WithoutProvision: going on with its current configs)", "group", group, "err", err)
 	}
 	o.runOnce.Do(func() { close(o.running) })
-	return kafkaloop.RunShare(ctx, cons, func(_ context.Context, r *kgo.Record) error {
-		err := o.handleShared(pctx, r)
-		if errors.Is(err, eventstore.ErrPermanent) {
-			return kafkaloop.Permanent(err)
-		}
-		return err
-	}, kafkaloop.Options{
+	return kafkaloop.RunShare(ctx, cons, loopHandler(pctx, o.handleShared), kafkaloop.Options{
 		Concurrency:   o.cfg.concurrency,
 		Logger:        o.cfg.logger,
 		DeliveryLimit: o.cfg.share.Limit(),

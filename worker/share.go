@@ -28,7 +28,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -36,7 +35,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
@@ -89,14 +87,7 @@ func (w *Worker) runShare(ctx context.Context) error {
 	}()
 	defer wg.Wait()
 
-	err = kafkaloop.RunShare(ctx, cl, func(hctx context.Context, r *kgo.Record) error {
-		err := w.handle(hctx, pctx, cl, r)
-		if errors.Is(err, eventstore.ErrPermanent) {
-			// The guard's store refuses this command for good.
-			return kafkaloop.Permanent(err)
-		}
-		return err
-	}, kafkaloop.Options{
+	err = kafkaloop.RunShare(ctx, cl, w.loopHandler(pctx, cl), kafkaloop.Options{
 		Concurrency:   w.cfg.concurrency,
 		Logger:        w.log,
 		DeliveryLimit: w.cfg.share.Limit(),

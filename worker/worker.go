@@ -336,14 +336,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		graceMu.Unlock()
 	}()
 
-	err = kafkaloop.Run(ctx, cl, func(hctx context.Context, r *kgo.Record) error {
-		err := w.handle(hctx, pctx, cl, r)
-		if errors.Is(err, eventstore.ErrPermanent) {
-			// The guard's store refuses this command for good.
-			return kafkaloop.Permanent(err)
-		}
-		return err
-	}, kafkaloop.Options{
+	err = kafkaloop.Run(ctx, cl, w.loopHandler(pctx, cl), kafkaloop.Options{
 		Concurrency: w.cfg.concurrency,
 		Logger:      w.log,
 		// A command that kept failing past the loop's retry budget, or
@@ -734,4 +727,18 @@ func (w *Worker) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, 
 	w.countDeadLetter(ctx, r, reason)
 	w.log.WarnContext(ctx, "worker: dead-lettered a command record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
 	return nil
+}
+
+// loopHandler is the kafkaloop handler of Run and runShare: it handles a
+// command (pctx outlives Run's context, for the replies and dead letters
+// of the commands being handled at shutdown); a command the guard's store
+// refuses for good is Permanent, so that it is dead-lettered.
+func (w *Worker) loopHandler(pctx context.Context, cl *kgo.Client) kafkaloop.Handler {
+	return func(hctx context.Context, r *kgo.Record) error {
+		err := w.handle(hctx, pctx, cl, r)
+		if errors.Is(err, eventstore.ErrPermanent) {
+			return kafkaloop.Permanent(err)
+		}
+		return err
+	}
 }
