@@ -80,6 +80,9 @@ func (o *Orchestrator[T]) shareClientOpts() []kgo.Opt {
 // runShare consumes the callback topic as a share group until ctx ends.
 func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) error {
 	group := o.cfg.group(o.scope, o.domain.Name)
+	if err := topics.CheckShareGroups(ctx, cons); err != nil {
+		return fmt.Errorf("orchestrator: group type %s: %w", topics.GroupShare, err)
+	}
 	if err := topics.ConfigureShareGroup(ctx, cons, group, o.cfg.share); err != nil {
 		if o.cfg.provision {
 			return fmt.Errorf("orchestrator: %w", err)

@@ -117,6 +117,55 @@ func (s ShareSettings) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ErrShareGroupsUnsupported means the brokers cannot serve a share group:
+// they do not have the share.version feature finalized at level 1 or above
+// (Kafka before 4.0, or a 4.0/4.1 cluster formatted without it), or they
+// lack the share-group APIs. Share groups are production-ready from Kafka
+// 4.2 on.
+var ErrShareGroupsUnsupported = errors.New("topics: the Kafka brokers do not support share groups (need Kafka 4.2 or later with the share.version feature finalized)")
+
+// CheckShareGroups asks a broker (ApiVersions) whether share groups can
+// work: the share.version feature finalized at level 1 or above and the
+// ShareGroupHeartbeat, ShareFetch and ShareAcknowledge APIs. It returns an
+// error wrapping ErrShareGroupsUnsupported when they cannot, naming what
+// is missing, so that a SHARE group type fails at start instead of
+// consuming nothing.
+func CheckShareGroups(ctx context.Context, r kmsg.Requestor) error {
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.ClientSoftwareName = "stacksaga"
+	req.ClientSoftwareVersion = "1"
+	resp, err := req.RequestWith(ctx, r)
+	if err != nil {
+		return fmt.Errorf("topics: check share-group support: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return fmt.Errorf("topics: check share-group support: %w", err)
+	}
+	var missing []string
+	level := int16(0)
+	for _, f := range resp.FinalizedFeatures {
+		if f.Name == "share.version" {
+			level = f.MaxVersionLevel
+		}
+	}
+	if level < 1 {
+		missing = append(missing, fmt.Sprintf("feature share.version is at level %d", level))
+	}
+	have := make(map[int16]bool, len(resp.ApiKeys))
+	for _, k := range resp.ApiKeys {
+		have[k.ApiKey] = true
+	}
+	for _, k := range []int16{(&kmsg.ShareGroupHeartbeatRequest{}).Key(), (&kmsg.ShareFetchRequest{}).Key(), (&kmsg.ShareAcknowledgeRequest{}).Key()} {
+		if !have[k] {
+			missing = append(missing, "no "+kmsg.NameForKey(k)+" API")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s", ErrShareGroupsUnsupported, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
 // ConfigureShareGroup sets the group configs of the share group: always
 // share.auto.offset.reset=earliest (so that a new group also gets the
 // records produced before it first joined: commands and replies sent

@@ -57,6 +57,9 @@ func (w *Worker) runShare(ctx context.Context) error {
 		return fmt.Errorf("worker: kafka client: %w", err)
 	}
 	defer cl.Close()
+	if err := topics.CheckShareGroups(ctx, cl); err != nil {
+		return fmt.Errorf("worker: group type %s: %w", topics.GroupShare, err)
+	}
 	if err := topics.ConfigureShareGroup(ctx, cl, w.cfg.group, w.cfg.share); err != nil {
 		if !w.cfg.noProvision {
 			return fmt.Errorf("worker: %w", err)

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
@@ -222,4 +224,24 @@ func TestShareKill9Redelivered(t *testing.T) {
 		}
 	}
 	t.Logf("all %d commands of the killed instance ran %v after the kill", n, time.Since(killed).Round(time.Millisecond))
+}
+
+// A share-group worker on brokers without share groups fails at start,
+// saying so, instead of consuming nothing.
+func TestShareUnsupportedBrokerFailsAtStart(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.MaxVersions(kversion.V3_9_0()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w, err := worker.New(service, worker.WithBrokers(c.ListenAddrs()...), worker.WithGroupType(topics.GroupShare))
+	if err != nil {
+		t.Fatal(err)
+	}
+	registerPayment(t, w)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.Run(ctx); !errors.Is(err, topics.ErrShareGroupsUnsupported) {
+		t.Fatalf("Run: %v, want ErrShareGroupsUnsupported", err)
+	}
 }
