@@ -104,46 +104,69 @@ type RetryPendingList struct {
 // Restore) finds it instead and re-drives it, and `sagactl restore TXID`
 // registers a retry for it at once.
 func ListRetryPending(ctx context.Context, s eventstore.Store, scope eventstore.Scope, cfg Config, now time.Time, page Page) (RetryPendingList, error) {
-	var out RetryPendingList
+	l, err := listInState(ctx, s, scope, cfg, now, page, "retry-pending", eventstore.StateRetryPending, func(b int) bool { return b%2 == 0 })
+	out := RetryPendingList{Next: l.next, Entries: l.entries, Candidates: l.candidates}
+	if err != nil {
+		return out, err
+	}
+	for i, tx := range l.txs {
+		if tx == nil || tx.State != eventstore.StateRetryPending {
+			continue // ended or re-driven since its state was read
+		}
+		ps := PendingSaga{Transaction: *tx, Retries: l.paths[l.kept[i]]}
+		sortPaths(ps.Retries)
+		ps.Due = l.ws.FromSlot(ps.Retries[0].Day, ps.Retries[0].MinuteOfDay).End
+		out.Sagas = append(out.Sagas, ps)
+	}
+	return out, nil
+}
+
+// listing is what ListRetryPending and ListPaused share: the directory
+// entries read, the page of sagas they name that were in the listed state,
+// and those sagas loaded whole.
+type listing struct {
+	ws    Windows
+	paths map[string][]eventstore.RecoveryPath // the entries naming each saga
+	kept  []string                             // the page's sagas, newest first
+	// txs are kept's sagas (nil: gone since their state was read).
+	txs                 []*eventstore.Transaction
+	next                string
+	entries, candidates int
+}
+
+// listInState walks the directory's buckets that pass keep (walkDirectory),
+// selects the page of the sagas named that are in state, newest first, and
+// loads them. what names the listing in errors.
+func listInState(ctx context.Context, s eventstore.Store, scope eventstore.Scope, cfg Config, now time.Time, page Page, what string, state eventstore.State, keep func(bucket int) bool) (listing, error) {
+	var l listing
 	if err := scope.Validate(); err != nil {
-		return out, fmt.Errorf("recovery: list retry-pending: %w", err)
+		return l, fmt.Errorf("recovery: list %s: %w", what, err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return out, err
+		return l, err
 	}
 	ws, err := cfg.Windows()
 	if err != nil {
-		return out, err
+		return l, err
 	}
-	paths, n, err := walkDirectory(ctx, s, scope, cfg, ws, now, func(b int) bool { return b%2 == 0 })
-	out.Entries = n
+	l.ws = ws
+	paths, n, err := walkDirectory(ctx, s, scope, cfg, ws, now, keep)
+	l.paths, l.entries = paths, n
 	if err != nil {
-		return out, err
+		return l, err
 	}
 	ids := make([]string, 0, len(paths))
 	for id := range paths {
 		ids = append(ids, id)
 	}
-	out.Candidates = len(ids)
-	kept, _, next, err := pageOf(ctx, s, scope, sortDesc(ids), page, inState(eventstore.StateRetryPending))
+	l.candidates = len(ids)
+	kept, _, next, err := pageOf(ctx, s, scope, sortDesc(ids), page, inState(state))
 	if err != nil {
-		return out, err
+		return l, err
 	}
-	out.Next = next
-	txs, err := loadAll(ctx, s, scope, kept)
-	if err != nil {
-		return out, err
-	}
-	for i, tx := range txs {
-		if tx == nil || tx.State != eventstore.StateRetryPending {
-			continue // ended or re-driven since its state was read
-		}
-		ps := PendingSaga{Transaction: *tx, Retries: paths[kept[i]]}
-		sortPaths(ps.Retries)
-		ps.Due = ws.FromSlot(ps.Retries[0].Day, ps.Retries[0].MinuteOfDay).End
-		out.Sagas = append(out.Sagas, ps)
-	}
-	return out, nil
+	l.kept, l.next = kept, next
+	l.txs, err = loadAll(ctx, s, scope, kept)
+	return l, err
 }
 
 // walkDirectory reads the tier-5 rows of the buckets that pass keep in
@@ -674,36 +697,12 @@ type PausedList struct {
 // A paused saga is missed only if its watchdog is older than the look-back
 // (no retry node re-armed it since) or was lost.
 func ListPaused(ctx context.Context, s eventstore.Store, scope eventstore.Scope, cfg Config, now time.Time, page Page) (PausedList, error) {
-	var out PausedList
-	if err := scope.Validate(); err != nil {
-		return out, fmt.Errorf("recovery: list paused: %w", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return out, err
-	}
-	ws, err := cfg.Windows()
+	l, err := listInState(ctx, s, scope, cfg, now, page, "paused", eventstore.StatePaused, func(int) bool { return true })
+	out := PausedList{Next: l.next, Entries: l.entries, Candidates: l.candidates}
 	if err != nil {
 		return out, err
 	}
-	paths, n, err := walkDirectory(ctx, s, scope, cfg, ws, now, func(int) bool { return true })
-	out.Entries = n
-	if err != nil {
-		return out, err
-	}
-	ids := make([]string, 0, len(paths))
-	for id := range paths {
-		ids = append(ids, id)
-	}
-	out.Candidates = len(ids)
-	kept, _, next, err := pageOf(ctx, s, scope, sortDesc(ids), page, inState(eventstore.StatePaused))
-	if err != nil {
-		return out, err
-	}
-	out.Next = next
-	txs, err := loadAll(ctx, s, scope, kept)
-	if err != nil {
-		return out, err
-	}
+	txs := l.txs
 	claims := make([]string, len(txs))
 	err = parallel(ctx, len(txs), func(i int) error {
 		tx := txs[i]
@@ -727,7 +726,7 @@ func ListPaused(ctx context.Context, s eventstore.Store, scope eventstore.Scope,
 			continue // continued or ended since its state was read
 		}
 		ps := PausedSaga{Transaction: *tx, CorrelationKey: eventstore.CorrelationKey(tx.TxID, tx.Span, tx.Kind),
-			Entries: paths[kept[i]], Claim: claims[i]}
+			Entries: l.paths[l.kept[i]], Claim: claims[i]}
 		sortPaths(ps.Entries)
 		out.Sagas = append(out.Sagas, ps)
 	}
