@@ -10,61 +10,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
+	"github.com/stacksaga-go/stacksaga/internal/metrictest"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
-
-func collectMetrics(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]metricdata.Metrics{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			out[m.Name] = m
-		}
-	}
-	return out
-}
-
-// metricTotal sums the points of m (a histogram's counts) whose attributes
-// include match.
-func metricTotal(m metricdata.Metrics, match ...attribute.KeyValue) float64 {
-	has := func(set attribute.Set) bool {
-		for _, kv := range match {
-			if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
-				return false
-			}
-		}
-		return true
-	}
-	var n float64
-	switch d := m.Data.(type) {
-	case metricdata.Sum[int64]:
-		for _, p := range d.DataPoints {
-			if has(p.Attributes) {
-				n += float64(p.Value)
-			}
-		}
-	case metricdata.Histogram[float64]:
-		for _, p := range d.DataPoints {
-			if has(p.Attributes) {
-				n += float64(p.Count)
-			}
-		}
-	}
-	return n
-}
 
 func attrsOf(kvs []attribute.KeyValue) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
@@ -141,7 +97,7 @@ func TestOrchestratorTelemetry(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "two dead letters", func() bool { return o.Stats().DeadLettered == 2 })
 
-	ms := collectMetrics(t, reader)
+	ms := metrictest.Collect(t, reader)
 	stop()
 
 	// Traces.
@@ -222,15 +178,15 @@ func TestOrchestratorTelemetry(t *testing.T) {
 		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrComponent.String("orchestrator"), telemetry.AttrDeadLetterReason.String("undecodable")}, 1},
 		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrDeadLetterReason.String("unknown-transaction")}, 1},
 	} {
-		if got := metricTotal(ms[c.name], c.match...); got != c.want {
+		if got := metrictest.Total(ms[c.name], c.match...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.match, got, c.want)
 		}
 	}
-	if metricTotal(ms[telemetry.MetricKafkaSent]) < 3 || metricTotal(ms[telemetry.MetricKafkaConsumed]) < 3 {
-		t.Errorf("Kafka client metrics: sent %v consumed %v", metricTotal(ms[telemetry.MetricKafkaSent]), metricTotal(ms[telemetry.MetricKafkaConsumed]))
+	if metrictest.Total(ms[telemetry.MetricKafkaSent]) < 3 || metrictest.Total(ms[telemetry.MetricKafkaConsumed]) < 3 {
+		t.Errorf("Kafka client metrics: sent %v consumed %v", metrictest.Total(ms[telemetry.MetricKafkaSent]), metrictest.Total(ms[telemetry.MetricKafkaConsumed]))
 	}
 	// Closed, the orchestrator no longer reports.
-	if got := metricTotal(collectMetrics(t, reader)[telemetry.MetricSagaStarted]); got != 0 {
+	if got := metrictest.Total(metrictest.Collect(t, reader)[telemetry.MetricSagaStarted]); got != 0 {
 		t.Errorf("%s reported after close: %v", telemetry.MetricSagaStarted, got)
 	}
 }

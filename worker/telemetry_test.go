@@ -9,12 +9,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
+	"github.com/stacksaga-go/stacksaga/internal/metrictest"
 	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
@@ -22,51 +22,6 @@ import (
 )
 
 var _ worker.MetricsRegisterer = (*writeprotect.Guard)(nil)
-
-// collect reads every metric of r by name.
-func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]metricdata.Metrics{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			out[m.Name] = m
-		}
-	}
-	return out
-}
-
-// total sums the data points of m (a histogram's counts) whose attributes
-// include match.
-func total(m metricdata.Metrics, match ...attribute.KeyValue) float64 {
-	has := func(set attribute.Set) bool {
-		for _, kv := range match {
-			if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
-				return false
-			}
-		}
-		return true
-	}
-	var n float64
-	switch d := m.Data.(type) {
-	case metricdata.Sum[int64]:
-		for _, p := range d.DataPoints {
-			if has(p.Attributes) {
-				n += float64(p.Value)
-			}
-		}
-	case metricdata.Histogram[float64]:
-		for _, p := range d.DataPoints {
-			if has(p.Attributes) {
-				n += float64(p.Count)
-			}
-		}
-	}
-	return n
-}
 
 // A worker with a MeterProvider reports handler latency by endpoint and
 // outcome, commands processed, dead letters by reason, its guard's
@@ -114,7 +69,7 @@ func TestWorkerMetrics(t *testing.T) {
 	})
 	waitStats(t, w, worker.Stats{Processed: 6, DeadLettered: 2})
 
-	ms := collect(t, reader)
+	ms := metrictest.Collect(t, reader)
 	svc := telemetry.AttrService.String(service)
 	for _, c := range []struct {
 		name  string
@@ -133,25 +88,25 @@ func TestWorkerMetrics(t *testing.T) {
 		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrComponent.String("worker"), telemetry.AttrDeadLetterReason.String(worker.ReasonUndecodable)}, 1},
 		{telemetry.MetricDeadLettered, []attribute.KeyValue{telemetry.AttrDeadLetterReason.String(worker.ReasonUnknownEndpoint)}, 1},
 	} {
-		if got := total(ms[c.name], c.match...); got != c.want {
+		if got := metrictest.Total(ms[c.name], c.match...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.match, got, c.want)
 		}
 	}
-	if got := total(ms[telemetry.MetricKafkaConsumed]); got < 8 {
+	if got := metrictest.Total(ms[telemetry.MetricKafkaConsumed]); got < 8 {
 		t.Errorf("%s = %v, want at least the 8 commands", telemetry.MetricKafkaConsumed, got)
 	}
 	// 7 replies (the duplicates' too) and 2 dead letters.
-	if got := total(ms[telemetry.MetricKafkaSent]); got < 9 {
+	if got := metrictest.Total(ms[telemetry.MetricKafkaSent]); got < 9 {
 		t.Errorf("%s = %v, want at least 6", telemetry.MetricKafkaSent, got)
 	}
-	if got := total(ms[telemetry.MetricKafkaConnects]); got == 0 {
+	if got := metrictest.Total(ms[telemetry.MetricKafkaConnects]); got == 0 {
 		t.Errorf("%s = 0", telemetry.MetricKafkaConnects)
 	}
 
 	stop()
-	ms = collect(t, reader)
+	ms = metrictest.Collect(t, reader)
 	for _, name := range []string{telemetry.MetricCommandsProcessed, telemetry.MetricGuardDuplicatesSkipped} {
-		if m, ok := ms[name]; ok && total(m) != 0 {
+		if m, ok := ms[name]; ok && metrictest.Total(m) != 0 {
 			t.Errorf("%s still reported after Run returned", name)
 		}
 	}
