@@ -180,6 +180,14 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
+// advanceIdle waits until every command o published has had its reply
+// (Stats.Awaiting), then advances the test's clock by d.
+func advanceIdle[T any](t *testing.T, o *orchestrator.Orchestrator[T], advance func(time.Duration), d time.Duration) {
+	t.Helper()
+	waitStats(t, o, "every command's reply", func(st orchestrator.Stats) bool { return st.Awaiting() == 0 })
+	advance(d)
+}
+
 // waitStats waits until o's counters satisfy cond: a counter is updated
 // just after the store write that waitTerminal observes, so a test must wait
 // for the counter it asserts.

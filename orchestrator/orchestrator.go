@@ -129,6 +129,18 @@ type Stats struct {
 	Retried, Restored, Disabled, Exhausted, Abandoned int64
 }
 
+// Awaiting is the number of commands this instance published whose reply
+// it has neither applied nor found stale yet (Commands - Replies -
+// StaleReplies, at least 0). A reply is counted once applied, after the
+// command it leads to is published. With a domain on one instance, 0 means
+// no step of its sagas is in flight (a paused step, a saga waiting for its
+// retry or abandoned by a crash has no command in flight); with several
+// instances, replies reach the instance that owns their callback partition,
+// so only the sum over the instances means that.
+func (s Stats) Awaiting() int64 {
+	return max(s.Commands-s.Replies-s.StaleReplies, 0)
+}
+
 // New returns an orchestrator for domain, embedded in service. It validates
 // its arguments and options; the Kafka client connects lazily.
 func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator[T], error) {

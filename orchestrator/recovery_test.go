@@ -51,11 +51,15 @@ func recoveryCfg(t *testing.T) recovery.Config {
 
 // scanUntil advances the clock by step and runs the retry node's scan until
 // every saga of ids is terminal (or in one of the extra states), or fails.
+// Time passes only while no step is in flight (advanceIdle): on a loaded
+// machine a step can take longer than the restore delay's few passes, and
+// its watchdog would re-send it — right for a stalled step, not what a test
+// of a slow one asserts.
 func scanUntil(t *testing.T, o *orchestrator.Orchestrator[order], clock *fakeClock, step time.Duration, ids []string, extra ...eventstore.State) map[string]eventstore.State {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		clock.advance(step)
+		advanceIdle(t, o, clock.advance, step)
 		if _, err := o.RecoveryEngine().Scan(context.Background()); err != nil {
 			t.Logf("scan: %v", err)
 		}

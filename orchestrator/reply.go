@@ -69,20 +69,28 @@ func (o *Orchestrator[T]) decodeReply(ctx context.Context, r *kgo.Record, reject
 	return env, nil
 }
 
-// applyReply applies the reply env, read from r, to tx, which expects it:
-// counted, timed and traced when telemetry is on.
+// applyReply applies the reply env, read from r, to tx, which expects it,
+// timed and traced when telemetry is on.
+//
+// The reply is counted (Stats.Replies) once it is applied, after the
+// command it leads to is published: Stats.Awaiting never reads 0 while a
+// reply is being applied.
 func (o *Orchestrator[T]) applyReply(ctx context.Context, r *kgo.Record, tx *eventstore.Transaction, env *topics.Envelope) error {
-	o.stats.replies.Add(1)
 	if o.tel.stepDur != nil {
 		o.recordStep(ctx, tx, env, o.cfg.now())
 	}
+	var err error
 	if o.tel.tracer == nil {
-		return o.apply(ctx, tx, env)
+		err = o.apply(ctx, tx, env)
+	} else {
+		ref := refOf(tx, env)
+		sctx, span := o.replySpan(ctx, env, tx)
+		err = o.apply(sctx, tx, env)
+		endReply(span, r.Topic, ref, tx, err)
 	}
-	ref := refOf(tx, env)
-	ctx, span := o.replySpan(ctx, env, tx)
-	err := o.apply(ctx, tx, env)
-	endReply(span, r.Topic, ref, tx, err)
+	if err == nil {
+		o.stats.replies.Add(1)
+	}
 	return err
 }
 

@@ -132,12 +132,14 @@ func TestRestoreEndToEnd(t *testing.T) {
 		return s.State
 	}
 	// settle advances the clock by step and scans until every saga of want
-	// is in its state.
+	// is in its state. Time passes only while no step is in flight: a step
+	// slower than the restore delay's few passes would be re-sent by its
+	// watchdog (at least once: these workers have no guard).
 	settle := func(step time.Duration, want map[string]eventstore.State) {
 		t.Helper()
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
-			clock.advance(step)
+			advanceIdle(t, o.Stats, clock.advance, step)
 			if _, err := o.RecoveryEngine().Scan(context.Background()); err != nil {
 				t.Logf("scan: %v", err)
 			}
@@ -217,6 +219,18 @@ func TestRestoreEndToEnd(t *testing.T) {
 	if r.frozen(a) || r.frozen(b) {
 		t.Error("a restored saga is still frozen")
 	}
+}
+
+// advanceIdle waits until every command the orchestrator published has had
+// its reply (Stats.Awaiting), then advances the test's clock by d.
+func advanceIdle(t *testing.T, stats func() orchestrator.Stats, advance func(time.Duration), d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); stats().Awaiting() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v: a command's reply did not come in 30s", stats())
+		}
+	}
+	advance(d)
 }
 
 // runInBackground runs run until the test ends, after ready is closed.

@@ -372,7 +372,7 @@ func TestResumeEndToEnd(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("saga %s after the retry node's passes, want COMPLETED", state())
 		}
-		clock.advance(time.Minute)
+		advanceIdle(t, o.Stats, clock.advance, time.Minute)
 		if _, err := o.RecoveryEngine().Scan(context.Background()); err != nil {
 			t.Logf("scan: %v", err)
 		}
