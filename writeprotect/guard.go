@@ -366,16 +366,23 @@ func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 	return x.settle(ctx, key, owner, reply, true), nil
 }
 
-// release deletes the lease this execution took, if the marker is still
-// that lease (one that expired may have been taken by another execution).
-func (x *execution) release(ctx context.Context, key eventstore.MarkerKey, owner string) {
+// release deletes the lease this execution holds, on condition that it is
+// still that lease (one that expired may have been taken over by another
+// execution), in one conditional delete. It returns the marker found
+// instead, if any (State "" otherwise, and when the delete failed: the
+// lease then expires by itself).
+func (x *execution) release(ctx context.Context, key eventstore.MarkerKey, owner string) eventstore.Marker {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
 	defer cancel()
-	m, err := x.g.store.GetMarker(cctx, key)
-	if err != nil || m.State != eventstore.MarkerLeased || m.Owner != owner {
-		return
+	applied, got, err := x.g.store.DeleteMarkerIf(cctx, key, eventstore.MarkerLeased, owner)
+	switch {
+	case err != nil:
+		x.g.log.WarnContext(ctx, "writeprotect: could not delete a lease (it expires by itself)", x.logArgs("err", err)...)
+		return eventstore.Marker{}
+	case applied:
+		return eventstore.Marker{}
 	}
-	x.drop(ctx, &key)
+	return got
 }
 
 // relaxed reads the step's marker, skips a committed step, and otherwise
@@ -561,18 +568,11 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 	return reply
 }
 
-// unlease deletes the lease this execution holds, on condition that it
-// is still that lease: one that expired may have been taken over by
-// another execution (then counted as a lost lease).
+// unlease releases the lease of a run that records nothing; a lease taken
+// over by another execution meanwhile is counted as lost.
 func (x *execution) unlease(ctx context.Context, key eventstore.MarkerKey, owner string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
-	defer cancel()
-	applied, got, err := x.g.store.DeleteMarkerIf(cctx, key, eventstore.MarkerLeased, owner)
-	switch {
-	case err != nil:
-		x.g.log.WarnContext(ctx, "writeprotect: could not delete a lease (it expires by itself)", x.logArgs("err", err)...)
-	case !applied && got.State != "":
-		x.lost(ctx, got)
+	if m := x.release(ctx, key, owner); m.State != "" {
+		x.lost(ctx, m)
 	}
 }
 

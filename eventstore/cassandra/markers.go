@@ -37,28 +37,8 @@ func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease tim
 		leaseUntil = now.Add(time.Duration(ttl) * time.Second)
 	}
 	vals := append(markerValues(m, leaseUntil, now), ttl)
-	for attempt := 0; ; attempt++ {
-		prev := make(map[string]any)
-		applied, err := s.lwt(s.st.insertMarkerIfNotExists, vals...).MapScanCASContext(ctx, prev)
-		if err == nil {
-			if applied {
-				return true, eventstore.Marker{}, nil
-			}
-			existing := markerFromCAS(m.MarkerKey, prev, s.now())
-			if attempt > 0 && existing.Owner == m.Owner && existing.State == m.State {
-				// Our earlier attempt was applied before its answer was lost.
-				return true, eventstore.Marker{}, nil
-			}
-			return false, existing, nil
-		}
-		if !lwtRetryable(err) || attempt+1 >= s.lwtTries {
-			return false, eventstore.Marker{}, s.fail("insert marker", err)
-		}
-		s.log.DebugContext(ctx, "cassandra: marker LWT outcome unknown, retrying", "tx", m.TxID, "span", m.Span, "attempt", attempt+1, "err", err)
-		if err := backoff(ctx, attempt); err != nil {
-			return false, eventstore.Marker{}, s.fail("insert marker", err)
-		}
-	}
+	return s.casMarker(ctx, "insert marker", s.st.insertMarkerIfNotExists, m.MarkerKey, vals,
+		func(prev map[string]any) eventstore.Marker { return markerFromCAS(m.MarkerKey, prev, s.now()) }, wrote(m))
 }
 
 // markerFromCAS reads the existing row an IF NOT EXISTS returned.
@@ -105,9 +85,13 @@ func (s *Store) CommitMarker(ctx context.Context, m eventstore.Marker) (bool, ev
 	}
 	vals := []any{ttl, string(m.State), m.Owner, blob(m.Reply), eventstore.StoredTime(time.Time{}), eventstore.StoredTime(updated),
 		m.Region, m.Cluster, m.Service, m.TxID, m.Span, m.Kind, m.Site, string(eventstore.MarkerLeased), m.Owner}
-	return s.casMarker(ctx, "commit marker", s.st.commitMarker, m.MarkerKey, vals, func(existing eventstore.Marker) bool {
-		return existing.Owner == m.Owner && existing.State == m.State
-	})
+	return s.casMarker(ctx, "commit marker", s.st.commitMarker, m.MarkerKey, vals, condReader(m.MarkerKey), wrote(m))
+}
+
+// wrote recognises, in the marker a retried LWT finds, the effect of its
+// earlier try that wrote m (an answer lost): m's state and owner.
+func wrote(m eventstore.Marker) func(eventstore.Marker) bool {
+	return func(existing eventstore.Marker) bool { return existing.Owner == m.Owner && existing.State == m.State }
 }
 
 // DeleteMarkerIf deletes the marker on key if it is in state and held by
@@ -117,23 +101,25 @@ func (s *Store) DeleteMarkerIf(ctx context.Context, key eventstore.MarkerKey, st
 		return false, eventstore.Marker{}, err
 	}
 	vals := []any{key.Region, key.Cluster, key.Service, key.TxID, key.Span, key.Kind, key.Site, string(state), owner}
-	return s.casMarker(ctx, "delete marker if", s.st.deleteMarkerIf, key, vals, func(existing eventstore.Marker) bool {
+	return s.casMarker(ctx, "delete marker if", s.st.deleteMarkerIf, key, vals, condReader(key), func(existing eventstore.Marker) bool {
 		return existing.State == ""
 	})
 }
 
 // casMarker sends a conditional statement on one marker, retrying an
-// unknown outcome; a retry that is refused but finds what done recognises
-// (the earlier try's effect) reports applied.
-func (s *Store) casMarker(ctx context.Context, op, stmt string, key eventstore.MarkerKey, vals []any, done func(eventstore.Marker) bool) (bool, eventstore.Marker, error) {
+// unknown outcome; read turns the columns of a refusal into the marker
+// found, and a retry that is refused but finds what done recognises (the
+// earlier try's effect) reports applied.
+func (s *Store) casMarker(ctx context.Context, op, stmt string, key eventstore.MarkerKey, vals []any,
+	read func(prev map[string]any) eventstore.Marker, done func(eventstore.Marker) bool) (bool, eventstore.Marker, error) {
 	for attempt := 0; ; attempt++ {
-		prev := make(map[string]any, 2)
+		prev := make(map[string]any)
 		applied, err := s.lwt(stmt, vals...).MapScanCASContext(ctx, prev)
 		if err == nil {
 			if applied {
 				return true, eventstore.Marker{}, nil
 			}
-			existing := condMarker(key, prev)
+			existing := read(prev)
 			if attempt > 0 && done(existing) {
 				return true, eventstore.Marker{}, nil
 			}
@@ -147,6 +133,12 @@ func (s *Store) casMarker(ctx context.Context, op, stmt string, key eventstore.M
 			return false, eventstore.Marker{}, s.fail(op, err)
 		}
 	}
+}
+
+// condReader reads the columns a refused IF state = ? AND owner = ? on k
+// returned (see condMarker).
+func condReader(k eventstore.MarkerKey) func(map[string]any) eventstore.Marker {
+	return func(prev map[string]any) eventstore.Marker { return condMarker(k, prev) }
 }
 
 // condMarker reads the columns a refused IF state = ? AND owner = ?

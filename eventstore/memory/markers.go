@@ -48,6 +48,11 @@ func (s *Store) markerRec(m eventstore.Marker, lease time.Duration, now time.Tim
 	return r
 }
 
+// markerKeys returns the partition and clustering keys of k's marker.
+func markerKeys(k eventstore.MarkerKey) (txKey, markerCK) {
+	return txKey{k.Scope, k.TxID}, markerCK{k.Span, k.Kind, k.Site}
+}
+
 // InsertMarker inserts m unless a live marker has its key; see
 // eventstore.Markers.
 func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (bool, eventstore.Marker, error) {
@@ -55,8 +60,7 @@ func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease tim
 		return false, eventstore.Marker{}, err
 	}
 	now := s.now()
-	pk := txKey{m.Scope, m.TxID}
-	ck := markerCK{m.Span, m.Kind, m.Site}
+	pk, ck := markerKeys(m.MarkerKey)
 	sh := s.shard(m.TxID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -80,7 +84,7 @@ func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
 		return err
 	}
 	now := s.now()
-	pk := txKey{m.Scope, m.TxID}
+	pk, ck := markerKeys(m.MarkerKey)
 	sh := s.shard(m.TxID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -89,7 +93,7 @@ func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
 		part = make(map[markerCK]markerRec)
 		sh.markers[pk] = part
 	}
-	part[markerCK{m.Span, m.Kind, m.Site}] = s.markerRec(m, eventstore.CeilSeconds(m.TTL), now)
+	part[ck] = s.markerRec(m, eventstore.CeilSeconds(m.TTL), now)
 	return nil
 }
 
@@ -100,8 +104,7 @@ func (s *Store) CommitMarker(ctx context.Context, m eventstore.Marker) (bool, ev
 		return false, eventstore.Marker{}, err
 	}
 	now := s.now()
-	pk := txKey{m.Scope, m.TxID}
-	ck := markerCK{m.Span, m.Kind, m.Site}
+	pk, ck := markerKeys(m.MarkerKey)
 	sh := s.shard(m.TxID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -120,8 +123,7 @@ func (s *Store) DeleteMarkerIf(ctx context.Context, key eventstore.MarkerKey, st
 		return false, eventstore.Marker{}, err
 	}
 	now := s.now()
-	pk := txKey{key.Scope, key.TxID}
-	ck := markerCK{key.Span, key.Kind, key.Site}
+	pk, ck := markerKeys(key)
 	sh := s.shard(key.TxID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -162,10 +164,11 @@ func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (events
 		return eventstore.Marker{}, err
 	}
 	now := s.now()
+	pk, ck := markerKeys(key)
 	sh := s.shard(key.TxID)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
-	if r, ok := sh.markers[txKey{key.Scope, key.TxID}][markerCK{key.Span, key.Kind, key.Site}]; ok {
+	if r, ok := sh.markers[pk][ck]; ok {
 		if m, alive := r.live(now); alive {
 			return m, nil
 		}
@@ -178,12 +181,12 @@ func (s *Store) DeleteMarker(ctx context.Context, key eventstore.MarkerKey) erro
 	if err := s.check(ctx, key.Validate()); err != nil {
 		return err
 	}
-	pk := txKey{key.Scope, key.TxID}
+	pk, ck := markerKeys(key)
 	sh := s.shard(key.TxID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if part := sh.markers[pk]; part != nil {
-		delete(part, markerCK{key.Span, key.Kind, key.Site})
+		delete(part, ck)
 		if len(part) == 0 {
 			delete(sh.markers, pk)
 		}
