@@ -139,7 +139,8 @@ func IdempotencyKey(txID string, span int, kind Kind) string {
 	return fmt.Sprintf("%s:%d:%s", txID, span, kind)
 }
 
-// Encode serialises e. It sets the version and the wire time.
+// Encode serialises e. It sets the version and the wire time. The error is
+// always nil; it is kept so that encoders may fail in later versions.
 func Encode(e *Envelope) ([]byte, error) {
 	e.Version = EnvelopeVersion
 	if e.SentAt.IsZero() {
@@ -147,11 +148,7 @@ func Encode(e *Envelope) ([]byte, error) {
 	} else {
 		e.SentMs = e.SentAt.UTC().UnixMilli()
 	}
-	b, err := msgpack.Marshal(e)
-	if err != nil {
-		return nil, fmt.Errorf("topics: encode envelope: %w", err)
-	}
-	return b, nil
+	return appendEnvelope(make([]byte, 0, envelopeSize(e)), e), nil
 }
 
 // Decode parses b and checks it with Validate: what every envelope must
@@ -162,8 +159,13 @@ func Encode(e *Envelope) ([]byte, error) {
 // and names the offending field.
 func Decode(b []byte) (*Envelope, error) {
 	var e Envelope
-	if err := msgpack.Unmarshal(b, &e); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	if !decodeEnvelope(b, &e) {
+		// Formats the fast path leaves alone (and malformed bytes): the
+		// reflection decoder accepts or rejects them.
+		e = Envelope{}
+		if err := msgpack.Unmarshal(b, &e); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
 	}
 	if e.Version < 1 {
 		return nil, fmt.Errorf("%w: missing version", ErrMalformed)

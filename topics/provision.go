@@ -79,7 +79,7 @@ func Ensure(ctx context.Context, adm *kadm.Client, names []string, cfg Provision
 	cfg = cfg.withDefaults()
 	names = dedup(names)
 	for _, n := range names {
-		if n == "" || len(n) > 249 || !legalName.MatchString(n) || n == "." || n == ".." {
+		if n == "" || len(n) > 249 || !legalChars(n) || n == "." || n == ".." {
 			return fmt.Errorf("topics: %q is not a legal topic name", n)
 		}
 	}

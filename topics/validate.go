@@ -24,7 +24,7 @@ const (
 // ValidTopic reports whether name is a legal Kafka topic name: 1 to 249
 // characters of [a-zA-Z0-9._-], and neither "." nor "..".
 func ValidTopic(name string) error {
-	if name == "" || len(name) > MaxTopicNameLen || name == "." || name == ".." || !legalName.MatchString(name) {
+	if name == "" || len(name) > MaxTopicNameLen || name == "." || name == ".." || !legalChars(name) {
 		return fmt.Errorf("topics: %s is not a valid topic name: use 1-%d of [a-zA-Z0-9._-], not \".\" or \"..\"", quoteShort(name), MaxTopicNameLen)
 	}
 	return nil

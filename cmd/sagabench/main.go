@@ -59,6 +59,7 @@ type options struct {
 	quiet     bool
 	verbose   bool
 	cpuprof   string
+	memprof   string
 	// telemetry is the sampled fraction of sagas for the telemetry
 	// runs; negative: no telemetry runs.
 	telemetry float64
@@ -88,6 +89,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.telemetry, "telemetry", -1, "also run each cell's framework with OpenTelemetry on (metrics, and traces of this fraction of the sagas: 1 traces all, 0 metrics only) and report what it costs")
 	fs.IntVar(&o.telemetryRounds, "telemetry-rounds", 3, "with --telemetry, alternate runs without and with telemetry this many times and report the median round's cost")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.memprof, "memprofile", "", "write an allocation profile of the whole run to this file (go tool pprof -sample_index=alloc_space)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -145,6 +147,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.memprof != "" {
+		defer func() {
+			if err := writeHeapProfile(o.memprof); err != nil {
+				fmt.Fprintln(stderr, "sagabench:", err)
+			}
+		}()
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
@@ -260,4 +269,17 @@ func newLogger(w io.Writer, verbose bool) *slog.Logger {
 		level = slog.LevelWarn
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// writeHeapProfile writes the allocation profile of the run so far to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
