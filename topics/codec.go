@@ -140,8 +140,10 @@ func appendEnvelope(b []byte, e *Envelope) []byte {
 // envelopeSize bounds the length of e's encoding from above, so that
 // Encode allocates once.
 func envelopeSize(e *Envelope) int {
-	const perField = 1 + 11 + 9 // map key (fixstr ≤ 11) and a value's header
-	n := 3 + 24*perField + len(e.Payload) + 2*perField
+	// The map header, and per field (22, and the pause's 2) its key (a
+	// fixstr of at most 11 bytes) and its value's header (at most 9).
+	const perField = 1 + 11 + 9
+	n := 3 + 24*perField + len(e.Payload)
 	for _, s := range [...]string{
 		string(e.Type), e.Region, e.Cluster, e.Service, e.Domain, e.TxID,
 		string(e.Kind), e.Endpoint, e.IdempotencyKey, e.ReplyTo,
@@ -332,12 +334,17 @@ func (r *reader) str() ([]byte, bool) {
 
 // string reads a string value into a new Go string; nil reads as "".
 func (r *reader) string() (string, bool) {
+	s, ok := r.strOrNil()
+	return string(s), ok
+}
+
+// nil moves past a nil value and reports whether there was one.
+func (r *reader) nil() bool {
 	if r.i < len(r.b) && r.b[r.i] == codeNil {
 		r.i++
-		return "", true
+		return true
 	}
-	s, ok := r.str()
-	return string(s), ok
+	return false
 }
 
 // int reads an integer value; nil reads as 0. A uint64 beyond MaxInt64 is
@@ -492,10 +499,9 @@ func (r *reader) field(e *Envelope, key []byte) bool {
 		n, ok = r.int()
 		e.Version = int(n)
 	case keyType:
-		var s []byte
-		if s, ok = r.strOrNil(); ok {
-			e.Type = Type(intern(s, string(TypeCommand), string(TypeReply)))
-		}
+		var s string
+		s, ok = r.known(string(TypeCommand), string(TypeReply))
+		e.Type = Type(s)
 	case keyRegion:
 		e.Region, ok = r.string()
 	case keyCluster:
@@ -510,10 +516,9 @@ func (r *reader) field(e *Envelope, key []byte) bool {
 		n, ok = r.int()
 		e.Span = int(n)
 	case keyKind:
-		var s []byte
-		if s, ok = r.strOrNil(); ok {
-			e.Kind = Kind(intern(s, string(KindProcess), string(KindRevert)))
-		}
+		var s string
+		s, ok = r.known(string(KindProcess), string(KindRevert))
+		e.Kind = Kind(s)
 	case keyEndpoint:
 		e.Endpoint, ok = r.string()
 	case keyIKey:
@@ -530,8 +535,7 @@ func (r *reader) field(e *Envelope, key []byte) bool {
 		ok = ok && (c == codeTrue || c == codeFalse || c == codeNil)
 	case keyPayload:
 		start := r.i
-		if r.i < len(r.b) && r.b[r.i] == codeNil {
-			r.i++ // msgpack decodes nil into a nil RawMessage
+		if r.nil() { // msgpack decodes nil into a nil RawMessage
 			e.Payload, ok = nil, true
 		} else if ok = r.skip(0); ok {
 			e.Payload = append(msgpack.RawMessage(nil), r.b[start:r.i]...)
@@ -545,10 +549,9 @@ func (r *reader) field(e *Envelope, key []byte) bool {
 	case keyResume:
 		e.ResumeContext, ok = r.strMap(e.ResumeContext)
 	case keyOutcome:
-		var s []byte
-		if s, ok = r.strOrNil(); ok {
-			e.Outcome = Outcome(intern(s, string(OutcomeOK), string(OutcomeRetryable), string(OutcomeNonRetryable)))
-		}
+		var s string
+		s, ok = r.known(string(OutcomeOK), string(OutcomeRetryable), string(OutcomeNonRetryable))
+		e.Outcome = Outcome(s)
 	case keyError:
 		e.Error, ok = r.string()
 	case keyPause:
@@ -561,22 +564,22 @@ func (r *reader) field(e *Envelope, key []byte) bool {
 
 // strOrNil reads a string value without copying it; nil reads as empty.
 func (r *reader) strOrNil() ([]byte, bool) {
-	if r.i < len(r.b) && r.b[r.i] == codeNil {
-		r.i++
+	if r.nil() {
 		return nil, true
 	}
 	return r.str()
 }
 
-// intern returns the constant among known that equals s, without
-// allocating, or a copy of s.
-func intern(s []byte, known ...string) string {
+// known reads a string value that is usually one of the constants known:
+// that constant is returned without allocating, anything else as a copy.
+func (r *reader) known(known ...string) (string, bool) {
+	s, ok := r.strOrNil()
 	for _, k := range known {
 		if string(s) == k {
-			return k
+			return k, ok
 		}
 	}
-	return string(s)
+	return string(s), ok
 }
 
 // pause reads a Pause (into p when the field repeats, as msgpack does).
