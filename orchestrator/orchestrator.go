@@ -472,7 +472,7 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 	if o.tel.tracer == nil {
 		return o.start(ctx, entity, nil)
 	}
-	ctx, span := o.startSpan(ctx, "start", trace.SpanKindProducer)
+	ctx, span := o.startSpan(ctx, "start", producerSpan)
 	txID, err := o.start(ctx, entity, span)
 	if err != nil {
 		span.RecordError(err)

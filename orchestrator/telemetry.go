@@ -50,7 +50,7 @@ type otelState struct {
 	deadLettered metric.Int64Counter
 	reg          metric.Registration
 	base         []attribute.KeyValue // service and domain
-	stepSets     sync.Map             // stepKey -> attribute.Set
+	stepSets     sync.Map             // stepKey -> metric.MeasurementOption
 	names        sync.Map             // op -> span name
 	kafkaOpt     kgo.Opt
 }
@@ -144,14 +144,15 @@ func (o *Orchestrator[T]) closeTelemetry() {
 // env is being applied at now.
 func (o *Orchestrator[T]) recordStep(ctx context.Context, tx *eventstore.Transaction, env *topics.Envelope, now time.Time) {
 	k := stepKey{tx.Endpoint, tx.Kind, string(env.Outcome)}
-	set, ok := o.tel.stepSets.Load(k)
+	opt, ok := o.tel.stepSets.Load(k)
 	if !ok {
-		set = attribute.NewSet(append(o.tel.base[:2:2],
+		// The option, not only the set: making one per call allocates.
+		opt = metric.WithAttributeSet(attribute.NewSet(append(o.tel.base[:2:2],
 			telemetry.AttrEndpoint.String(strings.TrimSuffix(k.endpoint, querySuffix)),
-			telemetry.AttrStepKind.String(k.kind), telemetry.AttrOutcome.String(k.outcome))...)
-		o.tel.stepSets.Store(k, set)
+			telemetry.AttrStepKind.String(k.kind), telemetry.AttrOutcome.String(k.outcome))...))
+		o.tel.stepSets.Store(k, opt)
 	}
-	o.tel.stepDur.Record(ctx, now.Sub(tx.UpdatedAt).Seconds(), metric.WithAttributeSet(set.(attribute.Set)))
+	o.tel.stepDur.Record(ctx, now.Sub(tx.UpdatedAt).Seconds(), opt.(metric.MeasurementOption))
 }
 
 // countDeadLetter counts a record dead-lettered with the reason code.
@@ -165,13 +166,20 @@ func (o *Orchestrator[T]) countDeadLetter(ctx context.Context, r *kgo.Record, co
 		semconv.MessagingDestinationName(r.Topic))...))
 }
 
-// startSpan starts an orchestrator span for op under ctx's span. It is
-// called only when tracing is on. Spans carry few attributes: each one
-// costs the SDK some work on every span (see the README's overhead
-// figures); the service is the resource's service.name and the domain is in
-// the span's name.
-func (o *Orchestrator[T]) startSpan(ctx context.Context, op string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	return o.tel.tracer.Start(ctx, o.spanName(op), trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+// Start options of the spans without attributes at their start, made once:
+// building them per span allocates.
+var (
+	producerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+	consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+)
+
+// startSpan starts an orchestrator span for op under ctx's span, with the
+// options opts (producerSpan or consumerSpan). It is called only when
+// tracing is on. Spans carry few attributes: each one costs the SDK some
+// work on every span (see the README's overhead figures); the service is
+// the resource's service.name and the domain is in the span's name.
+func (o *Orchestrator[T]) startSpan(ctx context.Context, op string, opts []trace.SpanStartOption) (context.Context, trace.Span) {
+	return o.tel.tracer.Start(ctx, o.spanName(op), opts...)
 }
 
 // spanName is "<domain> <op>", made once per op.
@@ -246,7 +254,7 @@ func (o *Orchestrator[T]) replySpan(ctx context.Context, env *topics.Envelope, t
 	if sc := trace.SpanContextFromContext(parent); sc.IsValid() && !sc.IsSampled() {
 		return followUnsampled(parent)
 	}
-	return o.startSpan(parent, "reply", trace.SpanKindConsumer)
+	return o.startSpan(parent, "reply", consumerSpan)
 }
 
 // followUnsampled is the span of an action in a saga whose trace is not

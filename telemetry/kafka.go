@@ -59,10 +59,11 @@ func KafkaMetrics(mp metric.MeterProvider, clientID string) (kgo.Opt, error) {
 		return nil, fmt.Errorf("telemetry: Kafka metrics: %w", err)
 	}
 	client := semconv.MessagingClientID(clientID)
-	h.client = attribute.NewSet(semconv.MessagingSystemKafka, client)
-	h.tx = attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionTransmit)
-	h.rx = attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionReceive)
-	h.send = attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.MessagingOperationName("send"), semconv.MessagingOperationTypeSend)
+	h.client = metric.WithAttributeSet(attribute.NewSet(semconv.MessagingSystemKafka, client))
+	h.tx = metric.WithAttributeSet(attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionTransmit))
+	h.rx = metric.WithAttributeSet(attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionReceive))
+	h.sendSet = attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.MessagingOperationName("send"), semconv.MessagingOperationTypeSend)
+	h.send = metric.WithAttributeSet(h.sendSet)
 	h.clientKV = client
 	return kgo.WithHooks(h), nil
 }
@@ -72,9 +73,12 @@ type kafkaHooks struct {
 	sent, consumed, io, connects, disconnects metric.Int64Counter
 	opDur                                     metric.Float64Histogram
 
-	clientKV             attribute.KeyValue
-	client, tx, rx, send attribute.Set
-	topics               sync.Map // topicOp -> attribute.Set
+	clientKV attribute.KeyValue
+	sendSet  attribute.Set
+	// The options of the fixed attribute sets, made once: making one per
+	// call allocates.
+	client, tx, rx, send metric.MeasurementOption
+	topics               sync.Map // topicOp -> metric.MeasurementOption
 }
 
 type topicOp struct{ topic, op string }
@@ -90,17 +94,17 @@ var (
 // produceKey is the Kafka API key of Produce requests.
 const produceKey = 0
 
-func (h *kafkaHooks) topicSet(topic, op string) attribute.Set {
+func (h *kafkaHooks) topicSet(topic, op string) metric.MeasurementOption {
 	k := topicOp{topic, op}
 	if s, ok := h.topics.Load(k); ok {
-		return s.(attribute.Set)
+		return s.(metric.MeasurementOption)
 	}
 	typ := semconv.MessagingOperationTypeSend
 	if op == "receive" {
 		typ = semconv.MessagingOperationTypeReceive
 	}
-	s := attribute.NewSet(semconv.MessagingSystemKafka, h.clientKV, semconv.MessagingDestinationName(topic),
-		semconv.MessagingOperationName(op), typ)
+	s := metric.WithAttributeSet(attribute.NewSet(semconv.MessagingSystemKafka, h.clientKV, semconv.MessagingDestinationName(topic),
+		semconv.MessagingOperationName(op), typ))
 	h.topics.Store(k, s)
 	return s
 }
@@ -112,12 +116,12 @@ func (h *kafkaHooks) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ ne
 			semconv.MessagingSystemKafka, h.clientKV, semconv.ErrorTypeKey.String(ErrorType(err)))))
 		return
 	}
-	h.connects.Add(context.Background(), 1, metric.WithAttributeSet(h.client))
+	h.connects.Add(context.Background(), 1, h.client)
 }
 
 // OnBrokerDisconnect counts a connection closed.
 func (h *kafkaHooks) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) {
-	h.disconnects.Add(context.Background(), 1, metric.WithAttributeSet(h.client))
+	h.disconnects.Add(context.Background(), 1, h.client)
 }
 
 // OnBrokerE2E counts the bytes of a request and its response, and times
@@ -125,29 +129,29 @@ func (h *kafkaHooks) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) {
 func (h *kafkaHooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
 	ctx := context.Background()
 	if e2e.BytesWritten > 0 {
-		h.io.Add(ctx, int64(e2e.BytesWritten), metric.WithAttributeSet(h.tx))
+		h.io.Add(ctx, int64(e2e.BytesWritten), h.tx)
 	}
 	if e2e.BytesRead > 0 {
-		h.io.Add(ctx, int64(e2e.BytesRead), metric.WithAttributeSet(h.rx))
+		h.io.Add(ctx, int64(e2e.BytesRead), h.rx)
 	}
 	if key != produceKey {
 		return
 	}
-	set := h.send
+	opt := h.send
 	if err := e2e.Err(); err != nil {
-		set = attribute.NewSet(append(set.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...)
+		opt = metric.WithAttributeSet(attribute.NewSet(append(h.sendSet.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...))
 	}
-	h.opDur.Record(ctx, e2e.DurationE2E().Seconds(), metric.WithAttributeSet(set))
+	h.opDur.Record(ctx, e2e.DurationE2E().Seconds(), opt)
 }
 
 // OnProduceBatchWritten counts the records of a batch the broker accepted.
 func (h *kafkaHooks) OnProduceBatchWritten(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.ProduceBatchMetrics) {
-	h.sent.Add(context.Background(), int64(m.NumRecords), metric.WithAttributeSet(h.topicSet(topic, "send")))
+	h.sent.Add(context.Background(), int64(m.NumRecords), h.topicSet(topic, "send"))
 }
 
 // OnFetchBatchRead counts the records of a fetched batch.
 func (h *kafkaHooks) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.FetchBatchMetrics) {
-	h.consumed.Add(context.Background(), int64(m.NumRecords), metric.WithAttributeSet(h.topicSet(topic, "receive")))
+	h.consumed.Add(context.Background(), int64(m.NumRecords), h.topicSet(topic, "receive"))
 }
 
 // ErrorType is the error.type attribute value of err: a Kafka error's

@@ -49,6 +49,16 @@ func Extract(ctx context.Context, carrier map[string]string) context.Context {
 	if len(carrier) == 0 {
 		return ctx
 	}
+	if tp, ok := carrier["traceparent"]; ok && len(carrier) == 1 {
+		// The common case: what Inject writes without baggage nor
+		// tracestate, read without the propagator's generic work.
+		if sc, ok := parseTraceParent00(tp); ok {
+			if !sc.IsValid() {
+				return ctx
+			}
+			return trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+	}
 	return propagator.Extract(ctx, propagation.MapCarrier(carrier))
 }
 
@@ -75,6 +85,56 @@ func ParseTraceParent(tp string) trace.SpanContext {
 	if tp == "" {
 		return trace.SpanContext{}
 	}
+	if sc, ok := parseTraceParent00(tp); ok {
+		return sc
+	}
 	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
 	return trace.SpanContextFromContext(ctx)
+}
+
+// parseTraceParent00 reads tp as propagation.TraceContext does when tp has
+// the shape of a version-00 traceparent (55 characters, dashes in place):
+// ok is true and sc is the remote span context, or not valid when the hex
+// or the flags are not allowed. For any other shape ok is false and the
+// propagator decides (FuzzParseTraceParent checks that both agree).
+func parseTraceParent00(tp string) (sc trace.SpanContext, ok bool) {
+	if len(tp) != 55 || tp[0] != '0' || tp[1] != '0' || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
+		return trace.SpanContext{}, false
+	}
+	var scc trace.SpanContextConfig
+	var flags [1]byte
+	if !lowerHex(scc.TraceID[:], tp[3:35]) || !lowerHex(scc.SpanID[:], tp[36:52]) || !lowerHex(flags[:], tp[53:55]) || flags[0] > 3 {
+		return trace.SpanContext{}, true
+	}
+	scc.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	scc.Remote = true
+	if sc = trace.NewSpanContext(scc); !sc.IsValid() {
+		return trace.SpanContext{}, true
+	}
+	return sc, true
+}
+
+// lowerHex decodes src, lower-case hex of len(dst) bytes, into dst; it
+// reports false on any other character (the specification disallows
+// upper case).
+func lowerHex(dst []byte, src string) bool {
+	for i := range dst {
+		hi, lo := hexVal(src[2*i]), hexVal(src[2*i+1])
+		if hi|lo > 0xf {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+// hexVal is the value of the lower-case hex digit c, or 0xff.
+func hexVal(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return 0xff
 }

@@ -60,7 +60,7 @@ type otelState struct {
 	deadLettered metric.Int64Counter
 	regs         []metric.Registration
 	service      attribute.KeyValue
-	stepSets     sync.Map // stepKey -> attribute.Set
+	stepSets     sync.Map // stepKey -> metric.MeasurementOption
 	names        sync.Map // nameKey -> span name
 	kafkaOpt     kgo.Opt
 }
@@ -142,13 +142,14 @@ func (w *Worker) closeTelemetry() {
 // recordHandler records how long the handler of cmd ran and its outcome.
 func (w *Worker) recordHandler(ctx context.Context, cmd *topics.Envelope, outcome topics.Outcome, d time.Duration) {
 	k := stepKey{cmd.Endpoint, cmd.Kind, outcome}
-	set, ok := w.tel.stepSets.Load(k)
+	opt, ok := w.tel.stepSets.Load(k)
 	if !ok {
-		set = attribute.NewSet(w.tel.service, telemetry.AttrEndpoint.String(k.endpoint),
-			telemetry.AttrStepKind.String(string(k.kind)), telemetry.AttrOutcome.String(string(k.outcome)))
-		w.tel.stepSets.Store(k, set)
+		// The option, not only the set: making one per call allocates.
+		opt = metric.WithAttributeSet(attribute.NewSet(w.tel.service, telemetry.AttrEndpoint.String(k.endpoint),
+			telemetry.AttrStepKind.String(string(k.kind)), telemetry.AttrOutcome.String(string(k.outcome))))
+		w.tel.stepSets.Store(k, opt)
 	}
-	w.tel.handlerDur.Record(ctx, d.Seconds(), metric.WithAttributeSet(set.(attribute.Set)))
+	w.tel.handlerDur.Record(ctx, d.Seconds(), opt.(metric.MeasurementOption))
 }
 
 // countDeadLetter counts a record dead-lettered with reason, by the reason's
@@ -193,7 +194,7 @@ func (w *Worker) startStep(ctx context.Context, cmd *topics.Envelope) (*stepCont
 	if sc := trace.SpanContextFromContext(parent); sc.IsValid() && !sc.IsSampled() {
 		return &stepContext{Context: parent}, trace.SpanFromContext(parent)
 	}
-	ctx, span := w.tel.tracer.Start(parent, w.spanName(cmd.Kind, cmd.Endpoint), trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := w.tel.tracer.Start(parent, w.spanName(cmd.Kind, cmd.Endpoint), consumerSpan...)
 	return &stepContext{Context: ctx}, span
 }
 
@@ -207,6 +208,10 @@ func (w *Worker) spanName(kind topics.Kind, endpoint string) string {
 	w.tel.names.Store(k, n)
 	return n
 }
+
+// consumerSpan is the start option of step spans, made once: building it
+// per span allocates.
+var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 
 type nameKey struct {
 	kind     topics.Kind

@@ -95,26 +95,27 @@ func (r *registration) Unregister() error {
 type timing struct {
 	hist  metric.Float64Histogram
 	attrs []attribute.KeyValue
-	sets  sync.Map // tableOp -> attribute.Set
+	sets  sync.Map // tableOp -> metric.MeasurementOption
 }
 
 type tableOp struct{ table, op string }
 
 // record records one request of class c that took from start to end.
 func (t *timing) record(ctx context.Context, c stmtClass, op string, start, end time.Time, err error) {
-	var set attribute.Set
+	var opt metric.MeasurementOption
 	if err == nil {
 		k := tableOp{c.tableName, op}
 		v, ok := t.sets.Load(k)
 		if !ok {
-			v, _ = t.sets.LoadOrStore(k, t.newSet(c.tableName, op))
+			// The option, not only the set: making one per call allocates.
+			v, _ = t.sets.LoadOrStore(k, metric.WithAttributeSet(t.newSet(c.tableName, op)))
 		}
-		set = v.(attribute.Set)
+		opt = v.(metric.MeasurementOption)
 	} else {
 		base := t.newSet(c.tableName, op)
-		set = attribute.NewSet(append(base.ToSlice(), semconv.ErrorTypeKey.String(errorType(err)))...)
+		opt = metric.WithAttributeSet(attribute.NewSet(append(base.ToSlice(), semconv.ErrorTypeKey.String(errorType(err)))...))
 	}
-	t.hist.Record(ctx, end.Sub(start).Seconds(), metric.WithAttributeSet(set))
+	t.hist.Record(ctx, end.Sub(start).Seconds(), opt)
 }
 
 func (t *timing) newSet(table, op string) attribute.Set {
