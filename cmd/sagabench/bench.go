@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 
@@ -27,7 +28,10 @@ import (
 func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (*report, error) {
 	rep := &report{
 		Sagas: o.sagas, Warmup: o.warmup, NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		Kafka: o.kafka, Cassandra: o.cassandra, LoadStart: loadAvg(), Started: time.Now().UTC(),
+		Kafka: o.kafka, Cassandra: o.cassandra, LoadStart: loadAvg(), Started: time.Now().UTC(), Rounds: o.rounds,
+	}
+	if o.noFloor {
+		rep.Rounds = 1
 	}
 	progress := func(format string, args ...any) {
 		if !o.quiet {
@@ -85,7 +89,13 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 	return rep, nil
 }
 
-// runCell measures the framework in spec, then its floor.
+// runCell measures the framework in spec and its floor in o.rounds rounds,
+// then the floor's two halves once. A round is a framework run and a floor
+// run; the order alternates — the framework first in round 1, the floor
+// first in round 2, and so on — because on a busy machine the first run of
+// a cell is systematically the slower one, which would otherwise count
+// against whichever always runs first. The cell reports the median round.
+// With --no-floor the framework runs once.
 func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *cassandra.Store, fs *floorSession, res *cellResult, logger *slog.Logger, progress func(string, ...any)) error {
 	brokers := splitList(o.kafka)
 	if !spec.RealKafka {
@@ -97,44 +107,109 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 		brokers = c.ListenAddrs()
 	}
 	suffix := "b" + runID + "-" + spec.Name
-	names := placeorder.DefaultNames().WithSuffix(suffix)
+	var fwTopics []string // of every framework run of the cell
 	if spec.RealKafka {
 		// Leave the shared broker as it was found.
-		defer deleteTopics(brokers, frameworkTopics(names))
+		defer func() { deleteTopics(brokers, fwTopics) }()
 	}
 	var store eventstore.Store = memory.New()
 	if cass != nil && spec.Cassandra {
 		store = cass
 	}
-	fw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: names, logger: logger}
-	m, rt, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
-	if err != nil {
-		return fmt.Errorf("framework: %w", err)
-	}
-	res.Framework = notUsed(spec, m)
-	res.RoundTrips = rt
-	progress("%s: framework %.1f sagas/s, p50 %.1fms, p99 %.1fms, %.2f cpu-ms/saga", spec.Name, m.Rate, m.P50, m.P99, m.CPUPerSaga)
-	if o.telemetry >= 0 {
-		if err := measureTelemetry(ctx, o, spec, suffix, brokers, store, cass, logger, m, res, progress); err != nil {
-			return err
-		}
-	}
+	rounds := o.rounds
 	if o.noFloor {
-		return nil
+		rounds = 1
+	}
+	// tag names round i (from 0) in progress lines when there are several.
+	tag := func(i int) string {
+		if rounds == 1 {
+			return ""
+		}
+		return fmt.Sprintf(" (round %d of %d)", i+1, rounds)
+	}
+	// runFramework is the framework's run in round i, on fresh topics: the
+	// cell's own names in round 1, names ending in -fw<i> after it.
+	runFramework := func(i int) (measure, *roundTrips, error) {
+		s := suffix
+		if i > 0 {
+			s = fmt.Sprintf("%s-fw%d", suffix, i)
+		}
+		names := placeorder.DefaultNames().WithSuffix(s)
+		fwTopics = append(fwTopics, frameworkTopics(names)...)
+		fw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: names, logger: logger}
+		m, rt, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
+		if err != nil {
+			return measure{}, nil, fmt.Errorf("framework%s: %w", tag(i), err)
+		}
+		m = notUsed(spec, m)
+		progress("%s: framework%s %.1f sagas/s, p50 %.1fms, p99 %.1fms, %.2f cpu-ms/saga", spec.Name, tag(i), m.Rate, m.P50, m.P99, m.CPUPerSaga)
+		return m, rt, nil
+	}
+	// telemetry measures the cost of telemetry (--telemetry) against plain.
+	telemetry := func(plain measure) error {
+		if o.telemetry < 0 {
+			return nil
+		}
+		return measureTelemetry(ctx, o, spec, suffix, brokers, store, cass, logger, plain, res, progress)
+	}
+
+	first, rt, err := runFramework(0)
+	if err != nil {
+		return err
+	}
+	// All runs issue the same statements per saga: the first one's counts
+	// stand for the cell, and give the floor its plan.
+	res.Framework, res.RoundTrips = first, rt
+	if o.noFloor {
+		return telemetry(first)
 	}
 	plan := planFromRoundTrips(rt)
+	// Each run of fl provisions its own topics and saga ids (the prefix
+	// gets the run's number), so the rounds share one floor.
 	fl := &floor{spec: spec, brokers: brokers, session: fs, plan: plan, topicPrefix: "sagabench.floor-" + suffix, valueSize: envelopeSize()}
 	if spec.RealKafka {
 		defer func() { deleteTopics(brokers, fl.topics()) }()
 	}
-	both, err := fl.run(ctx, true, plan.perSaga() > 0, o.warmup, o.sagas, o.timeout)
-	if err != nil {
-		return fmt.Errorf("floor: %w", err)
+	runFloor := func(i int) (measure, error) {
+		m, err := fl.run(ctx, true, plan.perSaga() > 0, o.warmup, o.sagas, o.timeout)
+		if err != nil {
+			return measure{}, fmt.Errorf("floor%s: %w", tag(i), err)
+		}
+		m = notUsed(spec, m)
+		progress("%s: floor%s %.1f sagas/s, p50 %.1fms", spec.Name, tag(i), m.Rate, m.P50)
+		return m, nil
 	}
-	both = notUsed(spec, both)
-	res.Floor = &both
-	res.Ratio = m.Rate / both.Rate
-	progress("%s: floor %.1f sagas/s, p50 %.1fms (framework/floor %.2f)", spec.Name, both.Rate, both.P50, res.Ratio)
+	var done []cellRound
+	for i := range rounds {
+		r := cellRound{fw: first}
+		var err error
+		switch {
+		case i == 0:
+			r.floor, err = runFloor(i)
+		case i%2 == 1:
+			if r.floor, err = runFloor(i); err == nil {
+				r.fw, _, err = runFramework(i)
+			}
+		default:
+			if r.fw, _, err = runFramework(i); err == nil {
+				r.floor, err = runFloor(i)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		r.ratio = ratioOf(r.fw, r.floor)
+		done = append(done, r)
+		setRounds(res, done)
+		progress("%s: framework/floor%s %.2f", spec.Name, tag(i), r.ratio)
+	}
+	// Telemetry's first round compares against the median round's
+	// framework measure: the one the cell reports (so the telemetry line
+	// and target compare with the same figures), and not the first run,
+	// which carries the first-run bias the rounds are there to avoid.
+	if err := telemetry(res.Framework); err != nil {
+		return err
+	}
 	if plan.perSaga() > 0 {
 		hops, err := fl.run(ctx, true, false, o.warmup, o.sagas, o.timeout)
 		if err != nil {
@@ -149,6 +224,36 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 		progress("%s: floor halves: Kafka hops alone %.1f sagas/s, statements alone %.1f sagas/s", spec.Name, hops.Rate, stmts.Rate)
 	}
 	return nil
+}
+
+// cellRound is one round of a cell: a framework run and a floor run.
+type cellRound struct {
+	fw, floor measure
+	// ratio is framework/floor throughput.
+	ratio float64
+}
+
+// ratioOf is fw's throughput over fl's (0 when fl has none).
+func ratioOf(fw, fl measure) float64 {
+	if fl.Rate <= 0 {
+		return 0
+	}
+	return fw.Rate / fl.Rate
+}
+
+// setRounds sets res's framework and floor figures from the rounds done so
+// far: the measures and ratio of the median round by ratio (the upper one
+// of an even count), and every round's ratio, sorted.
+func setRounds(res *cellResult, rounds []cellRound) {
+	sorted := append([]cellRound(nil), rounds...)
+	sort.SliceStable(sorted, func(a, b int) bool { return sorted[a].ratio < sorted[b].ratio })
+	med := sorted[len(sorted)/2]
+	fl := med.floor
+	res.Framework, res.Floor, res.Ratio = med.fw, &fl, med.ratio
+	res.Ratios = make([]float64, len(sorted))
+	for i, r := range sorted {
+		res.Ratios[i] = r.ratio
+	}
 }
 
 // openStore opens the framework's Cassandra store, creating the schema.

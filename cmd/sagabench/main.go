@@ -27,6 +27,13 @@
 // so that a row says which one bounds it. The ratio column is
 // framework/floor throughput.
 //
+// A cell measures the framework and the floor in --rounds rounds (default
+// 3), a framework run and a floor run each, alternating which runs first:
+// on a busy machine the first run of a cell is systematically the slower
+// one. The row shows the median round by ratio; every round's ratio is
+// listed after the table. The floor's halves run once, after the rounds;
+// with --no-floor the framework runs once.
+//
 // After the table it checks the targets of the performance issue and, for
 // each one missed, prints what the floor allows and why.
 package main
@@ -60,6 +67,9 @@ type options struct {
 	verbose   bool
 	cpuprof   string
 	memprof   string
+	// rounds is how many framework/floor pairs measure each cell (the
+	// framework runs once with noFloor).
+	rounds int
 	// telemetry is the sampled fraction of sagas for the telemetry
 	// runs; negative: no telemetry runs.
 	telemetry float64
@@ -83,6 +93,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.keyspace, "keyspace", "stacksaga_bench", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of a table")
 	fs.BoolVar(&o.noFloor, "no-floor", false, "measure the framework only")
+	fs.IntVar(&o.rounds, "rounds", 3, "framework/floor pairs per cell, alternating which runs first; the row shows the median round's (with --no-floor the framework runs once)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a cell's phase after this long")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
@@ -102,6 +113,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if o.rounds < 1 {
+		errs = append(errs, errors.New("--rounds must be at least 1"))
 	}
 	if o.telemetryRounds < 1 {
 		errs = append(errs, errors.New("--telemetry-rounds must be at least 1"))

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,8 +57,8 @@ func TestEmbeddedCells(t *testing.T) {
 		switch {
 		case len(f) > 0 && f[0] == "cell":
 			header = f
-		case len(f) > 0 && strings.HasPrefix(f[0], "embedded-c") && len(f) > 3 && f[1] != ">=":
-			rows[f[0]] = f
+		case len(f) > 0 && strings.HasPrefix(f[0], "embedded-c") && len(f) > 3 && f[1] != ">=" && rows[f[0]] == nil:
+			rows[f[0]] = f // the table's row comes before the cell's lines after the table
 		}
 	}
 	if strings.Join(header, " ") != strings.Join(tableHeader, " ") {
@@ -138,11 +140,12 @@ func TestCassandraCellRealServices(t *testing.T) {
 func TestParse(t *testing.T) {
 	var stderr bytes.Buffer
 	o, err := parse([]string{"--sagas", "100", "--kafka", "", "--cassandra", ""}, &stderr)
-	if err != nil || o.warmup != 10 || o.timeout != 5*time.Minute {
+	if err != nil || o.warmup != 10 || o.timeout != 5*time.Minute || o.rounds != 3 {
 		t.Errorf("parse: %+v, %v", o, err)
 	}
 	for _, bad := range [][]string{
 		{"--sagas", "0"},
+		{"--rounds", "0"},
 		{"--kafka", "", "--cassandra", "127.0.0.1:9042"},
 		{"extra"},
 	} {
@@ -283,5 +286,49 @@ func TestTelemetryCost(t *testing.T) {
 	}
 	if _, err := parse([]string{"--telemetry", "1", "--telemetry-rounds", "0"}, &stderr); err == nil {
 		t.Error("--telemetry-rounds 0 accepted")
+	}
+}
+
+// --rounds N measures a cell's framework and floor N times in alternating
+// order: the row shows the median round, every round's ratio is listed
+// sorted, and a line after the table gives them. --rounds 0 is refused.
+func TestRounds(t *testing.T) {
+	args := []string{"--sagas", "40", "--warmup", "5", "--cells", "embedded-c1", "--kafka", "", "--cassandra", "", "--rounds", "3"}
+	r := decode(t, runBench(t, append(args, "--json")...))
+	if len(r.Cells) != 1 || r.Rounds != 3 {
+		t.Fatalf("%d cells, %d rounds, want 1 cell of 3 rounds", len(r.Cells), r.Rounds)
+	}
+	c := r.Cells[0]
+	if c.Error != "" || c.Skipped != "" || c.Floor == nil {
+		t.Fatalf("error %q, skipped %q, floor %+v", c.Error, c.Skipped, c.Floor)
+	}
+	if len(c.Ratios) != 3 || !sort.Float64sAreSorted(c.Ratios) || c.Ratios[0] <= 0 {
+		t.Fatalf("ratios by round %v, want 3 positive ones, sorted", c.Ratios)
+	}
+	if c.Ratio != c.Ratios[1] {
+		t.Errorf("ratio %v, want the median round's %v (rounds %v)", c.Ratio, c.Ratios[1], c.Ratios)
+	}
+	if got := c.Framework.Rate / c.Floor.Rate; math.Abs(got-c.Ratio) > 1e-9*c.Ratio {
+		t.Errorf("framework %v sagas/s / floor %v = %v, want the median round's ratio %v", c.Framework.Rate, c.Floor.Rate, got, c.Ratio)
+	}
+	if c.Framework.Sagas != 40 || c.Floor.Sagas != 40 {
+		t.Errorf("median round measured %d framework and %d floor sagas, want 40", c.Framework.Sagas, c.Floor.Sagas)
+	}
+
+	table := runBench(t, args...)
+	if !strings.Contains(table, "embedded-c1 framework/floor by round: ") || !strings.Contains(table, "(median shown)") {
+		t.Errorf("no line of ratios by round:\n%s", table)
+	}
+	if !strings.Contains(table, "the median of 3 rounds") {
+		t.Errorf("the notes do not say the ratio is a median of rounds:\n%s", table)
+	}
+	one := runBench(t, "--sagas", "40", "--warmup", "5", "--cells", "embedded-c1", "--kafka", "", "--cassandra", "", "--rounds", "1")
+	if strings.Contains(one, "by round") || !strings.Contains(one, "one round") {
+		t.Errorf("--rounds 1 table:\n%s", one)
+	}
+
+	var stderr bytes.Buffer
+	if _, err := parse([]string{"--rounds", "0"}, &stderr); err == nil || !strings.Contains(err.Error(), "--rounds") {
+		t.Errorf("--rounds 0: %v, want an error naming --rounds", err)
 	}
 }

@@ -15,6 +15,7 @@ type report struct {
 	Started    time.Time     `json:"started"`
 	Sagas      int           `json:"sagas_per_cell"`
 	Warmup     int           `json:"warmup_per_cell"`
+	Rounds     int           `json:"rounds_per_cell"` // framework/floor rounds (1 with --no-floor)
 	NumCPU     int           `json:"num_cpu"`
 	GOMAXPROCS int           `json:"gomaxprocs"`
 	Kafka      string        `json:"kafka,omitempty"`
@@ -32,19 +33,22 @@ type cellResult struct {
 	Store       string `json:"store"`
 	Mode        string `json:"mode"`
 	Concurrency int    `json:"concurrency"`
-	// Framework is the framework's measure.
+	// Framework is the framework's measure in the median round (by
+	// ratio; the only run with --no-floor).
 	Framework measure `json:"framework"`
-	// RoundTrips are the framework's Cassandra requests per saga (nil
-	// with the in-memory store).
+	// RoundTrips are the framework's Cassandra requests per saga in its
+	// first run (nil with the in-memory store).
 	RoundTrips *roundTrips `json:"round_trips_per_saga,omitempty"`
-	// Floor is the minimal loop with the Kafka hops and the statements;
-	// FloorKafka and FloorCQL are its halves (set when the cell has
-	// statements).
+	// Floor is the minimal loop with the Kafka hops and the statements,
+	// in the median round; FloorKafka and FloorCQL are its halves,
+	// measured once after the rounds (set when the cell has statements).
 	Floor      *measure `json:"floor,omitempty"`
 	FloorKafka *measure `json:"floor_kafka_hops,omitempty"`
 	FloorCQL   *measure `json:"floor_statements,omitempty"`
-	// Ratio is framework/floor throughput.
-	Ratio float64 `json:"framework_over_floor,omitempty"`
+	// Ratio is framework/floor throughput in the median round, Ratios
+	// every round's, sorted.
+	Ratio  float64   `json:"framework_over_floor,omitempty"`
+	Ratios []float64 `json:"framework_over_floor_rounds,omitempty"`
 	// Telemetry is the framework's measure with OpenTelemetry on
 	// (--telemetry) in the median round, TelemetryCost the fraction of
 	// throughput it cost there, TelemetryCosts every round's, sorted.
@@ -125,14 +129,24 @@ func opt(v float64, prec int) string {
 	return num(v, prec)
 }
 
-// notes explain the columns under the table.
-var notes = []string{
-	"ratio = framework sagas/s / floor sagas/s. The floor is the same cell's Kafka hops (command, reply, x3) and the",
-	"framework's Cassandra statements per saga (same kinds and batch sizes, spread over the saga's 7 stages, a stage's",
-	"statements at once), issued by a minimal loop without the framework at the same concurrency; floor_kafka/s and",
-	"floor_stmts/s are its two halves alone. cpu_ms/saga is this process (embedded cells include the in-process broker);",
-	"kafka_cpu and cql_cpu are the local broker's and Cassandra's CPU ms per saga (any other client's load on them",
-	"included); box_cpu% is the whole machine during the framework run; load1 is the load average at the cell's end.",
+// notes explain the columns under the table, for cells of the given
+// number of framework/floor rounds.
+func notes(rounds int) []string {
+	head := []string{"ratio = framework sagas/s / floor sagas/s (one round: the framework run, then the floor run)."}
+	if rounds > 1 {
+		head = []string{
+			fmt.Sprintf("ratio = framework sagas/s / floor sagas/s, the median of %d rounds (a framework run and a floor run each, in", rounds),
+			"alternating order, the framework first in round 1); the framework and floor columns are the median round's.",
+		}
+	}
+	return append(head,
+		"The floor is the same cell's Kafka hops (command, reply, x3) and the framework's Cassandra statements per saga (same",
+		"kinds and batch sizes, spread over the saga's 7 stages, a stage's statements at once), issued by a minimal loop without",
+		"the framework at the same concurrency; floor_kafka/s and floor_stmts/s are its two halves alone, run once. cpu_ms/saga",
+		"is this process (embedded cells include the in-process broker); kafka_cpu and cql_cpu are the local broker's and",
+		"Cassandra's CPU ms per saga (any other client's load on them included); box_cpu% is the whole machine during the",
+		"framework run; load1 is the load average at the cell's end.",
+	)
 }
 
 // writeTable prints the table, the notes and the targets.
@@ -150,8 +164,17 @@ func (r *report) writeTable(w io.Writer) {
 			fmt.Fprintf(w, "%s: %s\n", c.Cell, c.Error)
 		}
 	}
-	for _, line := range notes {
+	for _, line := range notes(r.Rounds) {
 		fmt.Fprintln(w, line)
+	}
+	for _, c := range r.Cells {
+		if len(c.Ratios) > 1 {
+			rounds := make([]string, len(c.Ratios))
+			for i, v := range c.Ratios {
+				rounds[i] = num(v, 2)
+			}
+			fmt.Fprintf(w, "%s framework/floor by round: %s (median shown)\n", c.Cell, strings.Join(rounds, " "))
+		}
 	}
 	for _, c := range r.Cells {
 		if rt := c.RoundTrips; rt != nil && len(rt.Tables) > 0 {
@@ -177,7 +200,7 @@ func (r *report) writeTable(w io.Writer) {
 			for i, v := range c.TelemetryCosts {
 				rounds[i] = num(100*v, 1) + "%"
 			}
-			fmt.Fprintf(w, "%s with telemetry: %s sagas/s (first run without: %s), %s cpu-ms/saga (without: %s), p50 %s ms: costs %s%% of the throughput (median of rounds %s)\n",
+			fmt.Fprintf(w, "%s with telemetry: %s sagas/s (without: %s), %s cpu-ms/saga (without: %s), p50 %s ms: costs %s%% of the throughput (median of rounds %s)\n",
 				c.Cell, num(t.Rate, 1), num(c.Framework.Rate, 1), num(t.CPUPerSaga, 2), num(c.Framework.CPUPerSaga, 2), num(t.P50, 1), num(100*c.TelemetryCost, 1), strings.Join(rounds, " "))
 		}
 	}

@@ -81,10 +81,12 @@ func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error 
 func (discardSpans) Shutdown(context.Context) error                             { return nil }
 
 // measureTelemetry runs spec's framework with telemetry on, alternating
-// with runs without it (the first of which is plain, already measured)
-// for o.telemetryRounds rounds, each on fresh topics, and sets res's
-// telemetry figures: the median round's cost and its measure. Alternating
-// and taking the median keeps a noisy machine's drift out of the ratio.
+// with runs without it for o.telemetryRounds rounds, each on fresh topics,
+// and sets res's telemetry figures: the median round's cost and its
+// measure. Round 1's run without telemetry is plain, already measured (the
+// cell's reported framework measure: runCell passes the median
+// framework/floor round's). Alternating and taking the median keeps a
+// noisy machine's drift out of the ratio.
 func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix string, brokers []string, store eventstore.Store, cass *cassandra.Store,
 	logger *slog.Logger, plain measure, res *cellResult, progress func(string, ...any)) error {
 	type round struct {
