@@ -309,7 +309,10 @@ func (f *floor) run(ctx context.Context, hops, stmts bool, warmup, n int, timeou
 			return measure{}, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	return drive(ctx, n, f.spec.Concurrency, warmup, fr.start, fr.lat, timeout, &runErr)
+	fr.produce.reset()
+	m, err := drive(ctx, n, f.spec.Concurrency, warmup, fr.start, fr.lat, timeout, &runErr)
+	m.ProduceMs = fr.produce.meanMs()
+	return m, err
 }
 
 // floorRun is one run of the floor: its clients and sagas.
@@ -321,6 +324,7 @@ type floorRun struct {
 	value       []byte
 	runErr      *atomic.Value
 	prefix      string // of this run's topics and saga ids
+	produce     produceClock
 
 	orch    *kgo.Client   // produces commands
 	replies *kgo.Client   // consumes replies
@@ -361,7 +365,7 @@ func (r *floorRun) startKafka(ctx context.Context, timeout time.Duration) error 
 	// topics' partitions directly (no group, no commits): the floor's hops
 	// are the records' own.
 	mk := func(consume ...string) (*kgo.Client, error) {
-		opts := append([]kgo.Opt{kgo.SeedBrokers(f.brokers...)}, kafkaloop.ProducerOpts()...)
+		opts := append([]kgo.Opt{kgo.SeedBrokers(f.brokers...), r.produce.opt()}, kafkaloop.ProducerOpts()...)
 		if len(consume) > 0 {
 			opts = append(opts, kgo.ConsumeTopics(consume...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		}

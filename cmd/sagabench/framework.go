@@ -50,6 +50,7 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 		f.names.Payment:   placeorder.RegisterPayment,
 		f.names.Shipping:  placeorder.RegisterShipping,
 	}
+	var produce produceClock
 	for _, svc := range []string{f.names.Inventory, f.names.Payment, f.names.Shipping} {
 		cfg := writeprotect.DefaultConfig()
 		cfg.DefaultMode = writeprotect.RelaxedWithDedup
@@ -61,7 +62,7 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 			return measure{}, nil, err
 		}
 		wopts := []worker.Option{worker.WithBrokers(f.brokers...), worker.WithLogger(f.logger),
-			worker.WithConcurrency(f.spec.Concurrency), worker.WithGuard(g)}
+			worker.WithConcurrency(f.spec.Concurrency), worker.WithGuard(g), worker.WithKafkaOpts(produce.opt())}
 		if f.tel != nil {
 			wopts = append(wopts, worker.WithTracerProvider(f.tel.tracerProvider()), worker.WithMeterProvider(f.tel.meterProvider()))
 		}
@@ -80,7 +81,7 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 	lat := newLatencies()
 	oopts := []orchestrator.Option{
 		orchestrator.WithBrokers(f.brokers...), orchestrator.WithStore(f.store), orchestrator.WithLogger(f.logger),
-		orchestrator.WithConcurrency(f.spec.Concurrency),
+		orchestrator.WithConcurrency(f.spec.Concurrency), orchestrator.WithKafkaOpts(produce.opt()),
 		orchestrator.WithListener(func(e orchestrator.Event) {
 			switch e.To {
 			case eventstore.StateCompleted, eventstore.StateCompensated, eventstore.StateCompensationFailed:
@@ -119,10 +120,12 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 	if f.cass != nil {
 		before = f.cass.Stats()
 	}
+	produce.reset()
 	m, err := drive(ctx, n, f.spec.Concurrency, warmup, start, lat, timeout, &runErr)
 	if err != nil {
 		return measure{}, nil, err
 	}
+	m.ProduceMs = produce.meanMs()
 	var rt *roundTrips
 	if f.cass != nil {
 		rt = roundTripsOf(f.cass.Stats().Sub(before), n)

@@ -332,3 +332,33 @@ func TestRounds(t *testing.T) {
 		t.Errorf("--rounds 0: %v, want an error naming --rounds", err)
 	}
 }
+
+// A latency-bound cell's missed ratio is split into what the produce round
+// trips of its two runs account for and the framework's own work; a
+// throughput-bound one is told in CPU per saga.
+func TestRatioMissSplitsLatency(t *testing.T) {
+	c1 := &cellResult{
+		Cell: "kafka-memory-c1", Infra: "kafka-memory", Concurrency: 1, Ratio: 0.6,
+		Framework: measure{Sagas: 10, Rate: 125, Mean: 8, P50: 7, CPUPerSaga: 3, ProduceMs: 1.0},
+		Floor:     &measure{Sagas: 10, Rate: 200, Mean: 5, P50: 4, CPUPerSaga: 2, ProduceMs: 0.6},
+	}
+	c64 := &cellResult{
+		Cell: "kafka-memory-c64", Infra: "kafka-memory", Concurrency: 64, Ratio: 0.5,
+		Framework: measure{Sagas: 10, Rate: 500, Mean: 100, P50: 90, CPUPerSaga: 1.5, ProduceMs: 3},
+		Floor:     &measure{Sagas: 10, Rate: 1000, Mean: 60, P50: 50, CPUPerSaga: 0.75, ProduceMs: 2},
+	}
+	ts := checkTargets([]*cellResult{c1, c64})
+	if len(ts) != 2 || ts[0].Met || ts[1].Met {
+		t.Fatalf("targets %+v, want two missed ratios", ts)
+	}
+	// Gap 3.0 ms; 6 produces a saga at 0.4 ms more each: 2.4 ms; 0.6 left.
+	for _, want := range []string{"adds 3.0 ms to the floor's 5.0 ms mean", "took 1.00 ms against the floor's 0.60 ms",
+		"at 6 a saga accounts for 2.4 ms", "leaving 0.6 ms a saga of the framework's own work", "3.00 cpu-ms per saga against the floor's 2.00"} {
+		if !strings.Contains(ts[0].Why, want) {
+			t.Errorf("c1 miss %q lacks %q", ts[0].Why, want)
+		}
+	}
+	if w := ts[1].Why; !strings.Contains(w, "adds 40.0 ms to the floor's 50.0 ms median") || strings.Contains(w, "produce") {
+		t.Errorf("c64 miss %q: want the median gap and CPU, not the produce split", w)
+	}
+}

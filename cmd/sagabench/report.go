@@ -70,7 +70,7 @@ func (r *report) writeJSON(w io.Writer) error {
 // tableHeader names the table's columns.
 var tableHeader = []string{
 	"cell", "sagas/s", "p50_ms", "p99_ms", "max_ms", "mean_ms", "rt/saga", "r/w/lwt/batch", "cpu_ms/saga", "kafka_cpu", "cql_cpu",
-	"floor/s", "floor_p50", "floor_mean", "ratio", "floor_kafka/s", "floor_stmts/s", "box_cpu%", "load1",
+	"floor/s", "floor_p50", "floor_mean", "ratio", "floor_kafka/s", "floor_stmts/s", "produce_ms", "box_cpu%", "load1",
 }
 
 // rows returns the table's rows, one per cell, as strings.
@@ -108,6 +108,14 @@ func (r *report) rows() [][]string {
 				row = append(row, "-")
 			}
 		}
+		switch {
+		case f.ProduceMs <= 0:
+			row = append(row, "-")
+		case c.Floor != nil && c.Floor.ProduceMs > 0:
+			row = append(row, num(f.ProduceMs, 2)+"/"+num(c.Floor.ProduceMs, 2))
+		default:
+			row = append(row, num(f.ProduceMs, 2))
+		}
 		if f.BoxCPU >= 0 {
 			row = append(row, num(f.BoxCPU, 0))
 		} else {
@@ -144,8 +152,9 @@ func notes(rounds int) []string {
 		"kinds and batch sizes, spread over the saga's 7 stages, a stage's statements at once), issued by a minimal loop without",
 		"the framework at the same concurrency; floor_kafka/s and floor_stmts/s are its two halves alone, run once. cpu_ms/saga",
 		"is this process (embedded cells include the in-process broker); kafka_cpu and cql_cpu are the local broker's and",
-		"Cassandra's CPU ms per saga (any other client's load on them included); box_cpu% is the whole machine during the",
-		"framework run; load1 is the load average at the cell's end.",
+		"Cassandra's CPU ms per saga (any other client's load on them included); produce_ms is the mean Kafka produce round",
+		"trip, framework/floor, from request queued to response read; box_cpu% is the whole machine during the framework run;",
+		"load1 is the load average at the cell's end.",
 	)
 }
 

@@ -31,6 +31,9 @@ type measure struct {
 	// embedded broker, whose CPU is this process's).
 	KafkaCPUPerSaga     float64 `json:"kafka_cpu_ms_per_saga"`
 	CassandraCPUPerSaga float64 `json:"cassandra_cpu_ms_per_saga"`
+	// ProduceMs is the mean round trip of the phase's Kafka produce
+	// requests, in milliseconds (produceClock; 0 when none was timed).
+	ProduceMs float64 `json:"produce_ms,omitempty"`
 }
 
 // meter measures a phase: wall time, this process's CPU time and the
