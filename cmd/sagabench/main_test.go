@@ -347,9 +347,23 @@ func TestRatioMissSplitsLatency(t *testing.T) {
 		Framework: measure{Sagas: 10, Rate: 500, Mean: 100, P50: 90, CPUPerSaga: 1.5, ProduceMs: 3},
 		Floor:     &measure{Sagas: 10, Rate: 1000, Mean: 60, P50: 50, CPUPerSaga: 0.75, ProduceMs: 2},
 	}
-	ts := checkTargets([]*cellResult{c1, c64})
-	if len(ts) != 2 || ts[0].Met || ts[1].Met {
-		t.Fatalf("targets %+v, want two missed ratios", ts)
+	cass := &cellResult{
+		Cell: "cassandra-relaxed-c1", Infra: "cassandra-relaxed", Concurrency: 1, Ratio: 0.6,
+		Framework:  measure{Sagas: 10, Rate: 30, Mean: 33, P50: 30, CPUPerSaga: 10, ProduceMs: 1.5},
+		Floor:      &measure{Sagas: 10, Rate: 50, Mean: 20, P50: 19, CPUPerSaga: 8, ProduceMs: 1.5},
+		RoundTrips: &roundTrips{Total: 12, Reads: 3, Writes: 6, Batches: 3},
+	}
+	var ts []target
+	for _, tg := range checkTargets([]*cellResult{c1, c64, cass}) {
+		if strings.Contains(tg.Name, "framework/floor") {
+			ts = append(ts, tg)
+		}
+	}
+	if len(ts) != 3 || ts[0].Met || ts[1].Met || ts[2].Met {
+		t.Fatalf("targets %+v, want three missed ratios", ts)
+	}
+	if w := ts[2].Why; !strings.Contains(w, "accounts for 0.0 ms") || !strings.Contains(w, "leaving 13.0 ms a saga of the framework's own work between hops and its statements") {
+		t.Errorf("cassandra c1 miss %q: want the rest to name the statements", w)
 	}
 	// Gap 3.0 ms; 6 produces a saga at 0.4 ms more each: 2.4 ms; 0.6 left.
 	for _, want := range []string{"adds 3.0 ms to the floor's 5.0 ms mean", "took 1.00 ms against the floor's 0.60 ms",
