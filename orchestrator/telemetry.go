@@ -50,7 +50,7 @@ type otelState struct {
 	deadLettered metric.Int64Counter
 	reg          metric.Registration
 	base         []attribute.KeyValue // service and domain
-	stepSets     sync.Map             // stepKey -> metric.MeasurementOption
+	stepSets     sync.Map             // stepKey -> []metric.RecordOption
 	names        sync.Map             // op -> span name
 	kafkaOpt     kgo.Opt
 }
@@ -144,15 +144,16 @@ func (o *Orchestrator[T]) closeTelemetry() {
 // env is being applied at now.
 func (o *Orchestrator[T]) recordStep(ctx context.Context, tx *eventstore.Transaction, env *topics.Envelope, now time.Time) {
 	k := stepKey{tx.Endpoint, tx.Kind, string(env.Outcome)}
-	opt, ok := o.tel.stepSets.Load(k)
+	opts, ok := o.tel.stepSets.Load(k)
 	if !ok {
-		// The option, not only the set: making one per call allocates.
-		opt = metric.WithAttributeSet(attribute.NewSet(append(o.tel.base[:2:2],
+		// The option slice, not only the set: making the option, or
+		// passing it alone (its variadic slice escapes), allocates.
+		opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(o.tel.base[:2:2],
 			telemetry.AttrEndpoint.String(strings.TrimSuffix(k.endpoint, querySuffix)),
-			telemetry.AttrStepKind.String(k.kind), telemetry.AttrOutcome.String(k.outcome))...))
-		o.tel.stepSets.Store(k, opt)
+			telemetry.AttrStepKind.String(k.kind), telemetry.AttrOutcome.String(k.outcome))...))}
+		o.tel.stepSets.Store(k, opts)
 	}
-	o.tel.stepDur.Record(ctx, now.Sub(tx.UpdatedAt).Seconds(), opt.(metric.MeasurementOption))
+	o.tel.stepDur.Record(ctx, now.Sub(tx.UpdatedAt).Seconds(), opts.([]metric.RecordOption)...)
 }
 
 // countDeadLetter counts a record dead-lettered with the reason code.
@@ -279,16 +280,19 @@ func refOf(tx *eventstore.Transaction, env *topics.Envelope) stepRef {
 
 // endReply describes the step ref, whose reply was read from topic, and
 // what applying it did to the saga (now tx) on span, and ends it. The
-// attributes are set in one call at the end, and only on a recording span:
+// attributes are set in one call at the end (from a pooled buffer, see
+// telemetry.SpanAttrs), and only on a recording span:
 // the SDK then copies them once, and a span sampled out costs no
 // attributes.
 func endReply(span trace.Span, topic string, ref stepRef, tx *eventstore.Transaction, err error) {
 	if span.IsRecording() {
-		span.SetAttributes(
+		attrs := telemetry.NewSpanAttrs(span)
+		attrs.Add(
 			telemetry.AttrTxID.String(ref.txID), telemetry.AttrEndpoint.String(strings.TrimSuffix(ref.endpoint, querySuffix)),
 			telemetry.AttrStepKind.String(ref.kind), telemetry.AttrStepSpan.Int(ref.span), telemetry.AttrAttempt.Int(ref.attempt),
 			telemetry.AttrOutcome.String(ref.outcome), telemetry.AttrSagaState.String(string(tx.State)),
 			semconv.MessagingSystemKafka, semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName(topic))
+		attrs.SetOn(span)
 	}
 	if err != nil {
 		span.RecordError(err)

@@ -32,6 +32,15 @@ func KafkaMetrics(mp metric.MeterProvider, clientID string) (kgo.Opt, error) {
 	if mp == nil {
 		return nil, errors.New("telemetry: KafkaMetrics: nil MeterProvider")
 	}
+	h, err := newKafkaHooks(mp, clientID)
+	if err != nil {
+		return nil, err
+	}
+	return kgo.WithHooks(h), nil
+}
+
+// newKafkaHooks creates KafkaMetrics' instruments and hooks.
+func newKafkaHooks(mp metric.MeterProvider, clientID string) (*kafkaHooks, error) {
 	m := mp.Meter(ScopeName + "/kafka")
 	h := &kafkaHooks{}
 	var errs []error
@@ -59,13 +68,13 @@ func KafkaMetrics(mp metric.MeterProvider, clientID string) (kgo.Opt, error) {
 		return nil, fmt.Errorf("telemetry: Kafka metrics: %w", err)
 	}
 	client := semconv.MessagingClientID(clientID)
-	h.client = metric.WithAttributeSet(attribute.NewSet(semconv.MessagingSystemKafka, client))
-	h.tx = metric.WithAttributeSet(attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionTransmit))
-	h.rx = metric.WithAttributeSet(attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionReceive))
+	h.client = addOpts(attribute.NewSet(semconv.MessagingSystemKafka, client))
+	h.tx = addOpts(attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionTransmit))
+	h.rx = addOpts(attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.NetworkIODirectionReceive))
 	h.sendSet = attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.MessagingOperationName("send"), semconv.MessagingOperationTypeSend)
-	h.send = metric.WithAttributeSet(h.sendSet)
+	h.send = []metric.RecordOption{metric.WithAttributeSet(h.sendSet)}
 	h.clientKV = client
-	return kgo.WithHooks(h), nil
+	return h, nil
 }
 
 // kafkaHooks implements the kgo hooks behind KafkaMetrics.
@@ -75,10 +84,17 @@ type kafkaHooks struct {
 
 	clientKV attribute.KeyValue
 	sendSet  attribute.Set
-	// The options of the fixed attribute sets, made once: making one per
-	// call allocates.
-	client, tx, rx, send metric.MeasurementOption
-	topics               sync.Map // topicOp -> metric.MeasurementOption
+	// The options of the fixed attribute sets, made once, as the slices
+	// the instruments' variadic parameters take: making the option, or
+	// passing it alone (its slice escapes), allocates on every call.
+	client, tx, rx []metric.AddOption
+	send           []metric.RecordOption
+	topics         sync.Map // topicOp -> []metric.AddOption
+}
+
+// addOpts is the option slice of an Add with the attributes set.
+func addOpts(set attribute.Set) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(set)}
 }
 
 type topicOp struct{ topic, op string }
@@ -94,16 +110,16 @@ var (
 // produceKey is the Kafka API key of Produce requests.
 const produceKey = 0
 
-func (h *kafkaHooks) topicSet(topic, op string) metric.MeasurementOption {
+func (h *kafkaHooks) topicSet(topic, op string) []metric.AddOption {
 	k := topicOp{topic, op}
 	if s, ok := h.topics.Load(k); ok {
-		return s.(metric.MeasurementOption)
+		return s.([]metric.AddOption)
 	}
 	typ := semconv.MessagingOperationTypeSend
 	if op == "receive" {
 		typ = semconv.MessagingOperationTypeReceive
 	}
-	s := metric.WithAttributeSet(attribute.NewSet(semconv.MessagingSystemKafka, h.clientKV, semconv.MessagingDestinationName(topic),
+	s := addOpts(attribute.NewSet(semconv.MessagingSystemKafka, h.clientKV, semconv.MessagingDestinationName(topic),
 		semconv.MessagingOperationName(op), typ))
 	h.topics.Store(k, s)
 	return s
@@ -116,12 +132,12 @@ func (h *kafkaHooks) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ ne
 			semconv.MessagingSystemKafka, h.clientKV, semconv.ErrorTypeKey.String(ErrorType(err)))))
 		return
 	}
-	h.connects.Add(context.Background(), 1, h.client)
+	h.connects.Add(context.Background(), 1, h.client...)
 }
 
 // OnBrokerDisconnect counts a connection closed.
 func (h *kafkaHooks) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) {
-	h.disconnects.Add(context.Background(), 1, h.client)
+	h.disconnects.Add(context.Background(), 1, h.client...)
 }
 
 // OnBrokerE2E counts the bytes of a request and its response, and times
@@ -129,29 +145,29 @@ func (h *kafkaHooks) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) {
 func (h *kafkaHooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
 	ctx := context.Background()
 	if e2e.BytesWritten > 0 {
-		h.io.Add(ctx, int64(e2e.BytesWritten), h.tx)
+		h.io.Add(ctx, int64(e2e.BytesWritten), h.tx...)
 	}
 	if e2e.BytesRead > 0 {
-		h.io.Add(ctx, int64(e2e.BytesRead), h.rx)
+		h.io.Add(ctx, int64(e2e.BytesRead), h.rx...)
 	}
 	if key != produceKey {
 		return
 	}
-	opt := h.send
+	opts := h.send
 	if err := e2e.Err(); err != nil {
-		opt = metric.WithAttributeSet(attribute.NewSet(append(h.sendSet.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...))
+		opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(h.sendSet.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...))}
 	}
-	h.opDur.Record(ctx, e2e.DurationE2E().Seconds(), opt)
+	h.opDur.Record(ctx, e2e.DurationE2E().Seconds(), opts...)
 }
 
 // OnProduceBatchWritten counts the records of a batch the broker accepted.
 func (h *kafkaHooks) OnProduceBatchWritten(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.ProduceBatchMetrics) {
-	h.sent.Add(context.Background(), int64(m.NumRecords), h.topicSet(topic, "send"))
+	h.sent.Add(context.Background(), int64(m.NumRecords), h.topicSet(topic, "send")...)
 }
 
 // OnFetchBatchRead counts the records of a fetched batch.
 func (h *kafkaHooks) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.FetchBatchMetrics) {
-	h.consumed.Add(context.Background(), int64(m.NumRecords), h.topicSet(topic, "receive"))
+	h.consumed.Add(context.Background(), int64(m.NumRecords), h.topicSet(topic, "receive")...)
 }
 
 // ErrorType is the error.type attribute value of err: a Kafka error's

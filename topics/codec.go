@@ -392,9 +392,23 @@ func (r *reader) strMap(m map[string]string) (map[string]string, bool) {
 		if !ok {
 			return nil, false
 		}
-		m[string(k)] = v
+		m[mapKey(k)] = v
 	}
 	return m, true
+}
+
+// knownMapKeys are the keys the envelope's maps carry on every record (the
+// W3C trace context's): decoding them allocates no string.
+var knownMapKeys = [...]string{"traceparent", "tracestate", "baggage"}
+
+// mapKey is k as a string, without allocating when it is a known key.
+func mapKey(k []byte) string {
+	for _, s := range knownMapKeys {
+		if string(k) == s {
+			return s
+		}
+	}
+	return string(k)
 }
 
 // maxSkipDepth bounds the nesting the fast path walks through in unknown

@@ -60,7 +60,7 @@ type otelState struct {
 	deadLettered metric.Int64Counter
 	regs         []metric.Registration
 	service      attribute.KeyValue
-	stepSets     sync.Map // stepKey -> metric.MeasurementOption
+	stepSets     sync.Map // stepKey -> []metric.RecordOption
 	names        sync.Map // nameKey -> span name
 	kafkaOpt     kgo.Opt
 }
@@ -142,14 +142,15 @@ func (w *Worker) closeTelemetry() {
 // recordHandler records how long the handler of cmd ran and its outcome.
 func (w *Worker) recordHandler(ctx context.Context, cmd *topics.Envelope, outcome topics.Outcome, d time.Duration) {
 	k := stepKey{cmd.Endpoint, cmd.Kind, outcome}
-	opt, ok := w.tel.stepSets.Load(k)
+	opts, ok := w.tel.stepSets.Load(k)
 	if !ok {
-		// The option, not only the set: making one per call allocates.
-		opt = metric.WithAttributeSet(attribute.NewSet(w.tel.service, telemetry.AttrEndpoint.String(k.endpoint),
-			telemetry.AttrStepKind.String(string(k.kind)), telemetry.AttrOutcome.String(string(k.outcome))))
-		w.tel.stepSets.Store(k, opt)
+		// The option slice, not only the set: making the option, or
+		// passing it alone (its variadic slice escapes), allocates.
+		opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(w.tel.service, telemetry.AttrEndpoint.String(k.endpoint),
+			telemetry.AttrStepKind.String(string(k.kind)), telemetry.AttrOutcome.String(string(k.outcome))))}
+		w.tel.stepSets.Store(k, opts)
 	}
-	w.tel.handlerDur.Record(ctx, d.Seconds(), opt.(metric.MeasurementOption))
+	w.tel.handlerDur.Record(ctx, d.Seconds(), opts.([]metric.RecordOption)...)
 }
 
 // countDeadLetter counts a record dead-lettered with reason, by the reason's
@@ -221,8 +222,9 @@ type nameKey struct {
 // endStep describes the delivery of cmd and what became of it on span,
 // and ends it: the step, its outcome, and stacksaga.step.duplicate when the
 // guard answered without running the handler. The attributes are set in
-// one call at the end, and only on a recording span: the SDK then copies
-// them once, and a span sampled out costs no attributes. Few of them: each
+// one call at the end (from a pooled buffer, see telemetry.SpanAttrs), and
+// only on a recording span: the SDK then copies them once, and a span
+// sampled out costs no attributes. Few of them: each
 // one costs the SDK some work on every span; the service is the resource's
 // service.name.
 func (w *Worker) endStep(span trace.Span, cmd *topics.Envelope, reply *topics.Envelope, ran bool, err error) {
@@ -231,18 +233,18 @@ func (w *Worker) endStep(span trace.Span, cmd *topics.Envelope, reply *topics.En
 		if reply != nil {
 			outcome = string(reply.Outcome)
 		}
-		attrs := make([]attribute.KeyValue, 0, len(w.tel.spanBase)+7)
-		attrs = append(attrs, w.tel.spanBase...)
-		attrs = append(attrs,
+		attrs := telemetry.NewSpanAttrs(span)
+		attrs.Add(w.tel.spanBase...)
+		attrs.Add(
 			telemetry.AttrTxID.String(cmd.TxID), telemetry.AttrEndpoint.String(cmd.Endpoint),
 			telemetry.AttrStepKind.String(string(cmd.Kind)), telemetry.AttrStepSpan.Int(cmd.Span), telemetry.AttrAttempt.Int(cmd.Attempt))
 		if err == nil {
-			attrs = append(attrs, telemetry.AttrOutcome.String(outcome))
+			attrs.Add(telemetry.AttrOutcome.String(outcome))
 			if !ran {
-				attrs = append(attrs, telemetry.AttrDuplicate.Bool(true))
+				attrs.Add(telemetry.AttrDuplicate.Bool(true))
 			}
 		}
-		span.SetAttributes(attrs...)
+		attrs.SetOn(span)
 	}
 	switch {
 	case err != nil:

@@ -376,3 +376,22 @@ func TestRatioMissSplitsLatency(t *testing.T) {
 		t.Errorf("c64 miss %q: want the median gap and CPU, not the produce split", w)
 	}
 }
+
+// TestParseProcStat: busy counts everything but idle and iowait (steal
+// included), guest time is not counted twice, and steal is reported.
+func TestParseProcStat(t *testing.T) {
+	stat := "cpu  100 5 50 800 20 3 2 40 30 1\ncpu0 50 2 25 400 10 1 1 20 15 0\n"
+	busy, total, steal, ok := parseProcStat(stat)
+	if !ok || total != 1020 || busy != 200 || steal != 40 {
+		t.Errorf("busy %d total %d steal %d ok %v, want 200 1020 40 true", busy, total, steal, ok)
+	}
+	// An old kernel without the steal column.
+	if busy, total, steal, ok := parseProcStat("cpu 1 2 3 4 5\n"); !ok || busy != 6 || total != 15 || steal != 0 {
+		t.Errorf("short line: busy %d total %d steal %d ok %v", busy, total, steal, ok)
+	}
+	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 x 3 4 5"} {
+		if _, _, _, ok := parseProcStat(bad); ok {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

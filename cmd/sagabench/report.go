@@ -70,7 +70,7 @@ func (r *report) writeJSON(w io.Writer) error {
 // tableHeader names the table's columns.
 var tableHeader = []string{
 	"cell", "sagas/s", "p50_ms", "p99_ms", "max_ms", "mean_ms", "rt/saga", "r/w/lwt/batch", "cpu_ms/saga", "kafka_cpu", "cql_cpu",
-	"floor/s", "floor_p50", "floor_mean", "ratio", "floor_kafka/s", "floor_stmts/s", "produce_ms", "box_cpu%", "load1",
+	"floor/s", "floor_p50", "floor_mean", "ratio", "floor_kafka/s", "floor_stmts/s", "produce_ms", "box_cpu%", "steal%", "load1",
 }
 
 // rows returns the table's rows, one per cell, as strings.
@@ -116,11 +116,7 @@ func (r *report) rows() [][]string {
 		default:
 			row = append(row, num(f.ProduceMs, 2))
 		}
-		if f.BoxCPU >= 0 {
-			row = append(row, num(f.BoxCPU, 0))
-		} else {
-			row = append(row, "-")
-		}
+		row = append(row, opt(f.BoxCPU, 0), opt(f.StealPct, 0))
 		row = append(row, num(c.Load[0], 2))
 		out = append(out, row)
 	}
@@ -154,6 +150,7 @@ func notes(rounds int) []string {
 		"is this process (embedded cells include the in-process broker); kafka_cpu and cql_cpu are the local broker's and",
 		"Cassandra's CPU ms per saga (any other client's load on them included); produce_ms is the mean Kafka produce round",
 		"trip, framework/floor, from request queued to response read; box_cpu% is the whole machine during the framework run;",
+		"steal% is the part of it a hypervisor gave to other guests (rates swing with it on a shared VM, CPU per saga less);",
 		"load1 is the load average at the cell's end.",
 	)
 }
@@ -209,8 +206,9 @@ func (r *report) writeTable(w io.Writer) {
 			for i, v := range c.TelemetryCosts {
 				rounds[i] = num(100*v, 1) + "%"
 			}
-			fmt.Fprintf(w, "%s with telemetry: %s sagas/s (without: %s), %s cpu-ms/saga (without: %s), p50 %s ms: costs %s%% of the throughput (median of rounds %s)\n",
-				c.Cell, num(t.Rate, 1), num(c.Framework.Rate, 1), num(t.CPUPerSaga, 2), num(c.Framework.CPUPerSaga, 2), num(t.P50, 1), num(100*c.TelemetryCost, 1), strings.Join(rounds, " "))
+			fmt.Fprintf(w, "%s with telemetry: %s sagas/s (without: %s), %s cpu-ms/saga (without: %s), p50 %s ms, steal %s%% (without: %s%%): costs %s%% of the throughput (median of rounds %s)\n",
+				c.Cell, num(t.Rate, 1), num(c.Framework.Rate, 1), num(t.CPUPerSaga, 2), num(c.Framework.CPUPerSaga, 2), num(t.P50, 1),
+				opt(t.StealPct, 0), opt(c.Framework.StealPct, 0), num(100*c.TelemetryCost, 1), strings.Join(rounds, " "))
 		}
 	}
 	if len(r.Targets) > 0 {

@@ -25,6 +25,11 @@ type measure struct {
 	// BoxCPU is how busy the whole machine's CPUs were during the phase,
 	// in percent (-1 when unknown).
 	BoxCPU float64 `json:"box_cpu_pct"`
+	// StealPct is the share of the machine's CPU time the hypervisor gave
+	// to other guests during the phase, in percent (-1 when unknown;
+	// counted in BoxCPU). On a shared virtual machine it is why rates of
+	// one build swing between runs while its CPU time per saga does not.
+	StealPct float64 `json:"steal_pct"`
 	// KafkaCPUPerSaga and CassandraCPUPerSaga are the CPU time per saga,
 	// in milliseconds, of the local Kafka broker and Cassandra processes
 	// (found by their main class in /proc; -1 when not found, as for the
@@ -39,16 +44,16 @@ type measure struct {
 // meter measures a phase: wall time, this process's CPU time and the
 // machine's CPU use.
 type meter struct {
-	t0         time.Time
-	cpu0       time.Duration
-	busy0, all uint64
-	boxOK      bool
-	svc0       map[string]time.Duration
+	t0                 time.Time
+	cpu0               time.Duration
+	busy0, all, steal0 uint64
+	boxOK              bool
+	svc0               map[string]time.Duration
 }
 
 func startMeter() *meter {
 	m := &meter{t0: time.Now(), cpu0: processCPU(), svc0: serviceCPU()}
-	m.busy0, m.all, m.boxOK = boxCPU()
+	m.busy0, m.all, m.steal0, m.boxOK = boxCPU()
 	return m
 }
 
@@ -57,7 +62,7 @@ func (m *meter) stop(lat []time.Duration) measure {
 	elapsed := time.Since(m.t0)
 	cpu := processCPU() - m.cpu0
 	svc := serviceCPU()
-	out := measure{Sagas: len(lat), Seconds: elapsed.Seconds(), BoxCPU: -1, KafkaCPUPerSaga: -1, CassandraCPUPerSaga: -1}
+	out := measure{Sagas: len(lat), Seconds: elapsed.Seconds(), BoxCPU: -1, StealPct: -1, KafkaCPUPerSaga: -1, CassandraCPUPerSaga: -1}
 	if len(lat) == 0 {
 		return out
 	}
@@ -78,8 +83,9 @@ func (m *meter) stop(lat []time.Duration) measure {
 	}
 	out.P50, out.P99, out.Max = ms(quantile(s, 0.50)), ms(quantile(s, 0.99)), ms(s[len(s)-1])
 	out.Mean = ms(sum) / float64(len(s))
-	if busy1, all1, ok := boxCPU(); ok && m.boxOK && all1 > m.all {
+	if busy1, all1, steal1, ok := boxCPU(); ok && m.boxOK && all1 > m.all {
 		out.BoxCPU = 100 * float64(busy1-m.busy0) / float64(all1-m.all)
+		out.StealPct = 100 * float64(steal1-m.steal0) / float64(all1-m.all)
 	}
 	return out
 }
@@ -92,32 +98,42 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// boxCPU reads the machine's busy and total CPU ticks from /proc/stat.
-func boxCPU() (busy, total uint64, ok bool) {
+// boxCPU reads the machine's busy, total and stolen CPU ticks from
+// /proc/stat.
+func boxCPU() (busy, total, steal uint64, ok bool) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
+	return parseProcStat(string(b))
+}
+
+// parseProcStat reads the first ("cpu") line of /proc/stat: user nice
+// system idle iowait irq softirq steal guest guest_nice.
+func parseProcStat(stat string) (busy, total, steal uint64, ok bool) {
+	line, _, _ := strings.Cut(stat, "\n")
 	f := strings.Fields(line)
 	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	var idle uint64
 	for i, s := range f[1:] {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 		if i >= 8 { // guest and guest_nice are already counted in user
 			break
 		}
 		total += v
-		if i == 3 || i == 4 { // idle, iowait
+		switch i {
+		case 3, 4: // idle, iowait
 			idle += v
+		case 7:
+			steal = v
 		}
 	}
-	return total - idle, total, true
+	return total - idle, total, steal, true
 }
 
 // loadAvg returns the 1, 5 and 15 minute load averages (zeros when

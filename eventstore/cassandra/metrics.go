@@ -95,27 +95,28 @@ func (r *registration) Unregister() error {
 type timing struct {
 	hist  metric.Float64Histogram
 	attrs []attribute.KeyValue
-	sets  sync.Map // tableOp -> metric.MeasurementOption
+	sets  sync.Map // tableOp -> []metric.RecordOption
 }
 
 type tableOp struct{ table, op string }
 
 // record records one request of class c that took from start to end.
 func (t *timing) record(ctx context.Context, c stmtClass, op string, start, end time.Time, err error) {
-	var opt metric.MeasurementOption
+	var opts []metric.RecordOption
 	if err == nil {
 		k := tableOp{c.tableName, op}
 		v, ok := t.sets.Load(k)
 		if !ok {
-			// The option, not only the set: making one per call allocates.
-			v, _ = t.sets.LoadOrStore(k, metric.WithAttributeSet(t.newSet(c.tableName, op)))
+			// The option slice, not only the set: making the option, or
+			// passing it alone (its variadic slice escapes), allocates.
+			v, _ = t.sets.LoadOrStore(k, []metric.RecordOption{metric.WithAttributeSet(t.newSet(c.tableName, op))})
 		}
-		opt = v.(metric.MeasurementOption)
+		opts = v.([]metric.RecordOption)
 	} else {
 		base := t.newSet(c.tableName, op)
-		opt = metric.WithAttributeSet(attribute.NewSet(append(base.ToSlice(), semconv.ErrorTypeKey.String(errorType(err)))...))
+		opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(base.ToSlice(), semconv.ErrorTypeKey.String(errorType(err)))...))}
 	}
-	t.hist.Record(ctx, end.Sub(start).Seconds(), opt)
+	t.hist.Record(ctx, end.Sub(start).Seconds(), opts...)
 }
 
 func (t *timing) newSet(table, op string) attribute.Set {
