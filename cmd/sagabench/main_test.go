@@ -395,3 +395,33 @@ func TestParseProcStat(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetRoundsStraddle: a verdict taken from rounds on both sides of
+// the threshold says so, for a floor (ratio) and a ceiling (telemetry
+// cost); rounds on one side, or a single round, do not.
+func TestTargetRoundsStraddle(t *testing.T) {
+	ratio := target{Name: "c framework/floor >= 0.7", Want: 0.7, Got: 0.67}
+	if r := ratio.withRounds([]float64{0.58, 0.67, 0.85}, false); !r.Straddles ||
+		!strings.Contains(r.String(), "rounds 0.58-0.85 straddle the target") {
+		t.Errorf("ratio rounds 0.58-0.85 around 0.7: %+v %q", r, r.String())
+	}
+	if r := ratio.withRounds([]float64{0.71, 0.8, 0.9}, false); r.Straddles || strings.Contains(r.String(), "straddle") {
+		t.Errorf("ratio rounds all above 0.7 taken for straddling: %+v", r)
+	}
+	if r := ratio.withRounds([]float64{0.5, 0.6, 0.69}, false); r.Straddles {
+		t.Errorf("ratio rounds all below 0.7 taken for straddling: %+v", r)
+	}
+	if r := ratio.withRounds([]float64{0.6}, false); r.Straddles || r.Rounds != nil {
+		t.Errorf("one round: %+v", r)
+	}
+	cost := target{Name: "c telemetry cost <= 10%", Want: 0.10, Got: 0.08}
+	if r := cost.withRounds([]float64{-0.08, 0.08, 0.27}, true); !r.Straddles {
+		t.Errorf("cost rounds -8%%..27%% around 10%%: %+v", r)
+	}
+	if r := cost.withRounds([]float64{0.15, 0.2, 0.3}, true); r.Straddles {
+		t.Errorf("cost rounds all above 10%% taken for straddling: %+v", r)
+	}
+	if r := cost.withRounds([]float64{0.0, 0.05, 0.1}, true); r.Straddles {
+		t.Errorf("cost rounds all within 10%% taken for straddling: %+v", r)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 )
 
@@ -18,6 +19,29 @@ type target struct {
 	Met   bool    `json:"met"`
 	// Why explains a miss: what the floor allows and what bounds it.
 	Why string `json:"why,omitempty"`
+	// Rounds are the figures of the cell's rounds, sorted, when the verdict
+	// is the median of several; Straddles says that some rounds met the
+	// target and others missed it, so that on this machine the run's noise,
+	// not the build, decided the verdict.
+	Rounds    []float64 `json:"rounds,omitempty"`
+	Straddles bool      `json:"rounds_straddle,omitempty"`
+}
+
+// withRounds sets t's rounds and whether they straddle its threshold:
+// atMost is true for a target that is a ceiling (telemetry cost), false
+// for a floor (framework/floor ratio).
+func (t target) withRounds(rounds []float64, atMost bool) target {
+	if len(rounds) < 2 {
+		return t
+	}
+	t.Rounds = rounds
+	lo, hi := slices.Min(rounds), slices.Max(rounds)
+	if atMost {
+		t.Straddles = lo <= t.Want && hi > t.Want
+	} else {
+		t.Straddles = lo < t.Want && hi >= t.Want
+	}
+	return t
 }
 
 func (t target) String() string {
@@ -28,6 +52,10 @@ func (t target) String() string {
 	s := fmt.Sprintf("%-40s %-6s got %s", t.Name, verdict, num(t.Got, 2))
 	if t.Floor > 0 {
 		s += fmt.Sprintf(", floor %s", num(t.Floor, 2))
+	}
+	if t.Straddles {
+		s += fmt.Sprintf(" (rounds %s-%s straddle the target: noise decided this verdict, rerun with more --rounds)",
+			num(slices.Min(t.Rounds), 2), num(slices.Max(t.Rounds), 2))
 	}
 	if t.Why != "" {
 		s += ": " + t.Why
@@ -92,6 +120,7 @@ func checkTargets(cells []*cellResult) []target {
 			continue
 		}
 		t := target{Name: fmt.Sprintf("%s framework/floor >= %.1f", c.Cell, minRatio), Cell: c.Cell, Want: minRatio, Got: c.Ratio, Met: c.Ratio >= minRatio}
+		t = t.withRounds(c.Ratios, false)
 		if !t.Met {
 			t.Why = whyRatioMissed(c)
 		}

@@ -156,6 +156,7 @@ func telemetryTargets(cells []*cellResult) []target {
 			Name: fmt.Sprintf("%s telemetry cost <= %.0f%%", c.Cell, 100*maxTelemetryCost), Cell: c.Cell,
 			Want: maxTelemetryCost, Got: c.TelemetryCost, Met: c.TelemetryCost <= maxTelemetryCost,
 		}
+		t = t.withRounds(c.TelemetryCosts, true)
 		if !t.Met {
 			t.Why = fmt.Sprintf("%s cpu-ms/saga with telemetry against %s without: the SDK's spans and instruments "+
 				"on a CPU-bound cell; sample fewer sagas (--telemetry 0.1) where the process is CPU-bound",
