@@ -101,11 +101,14 @@ func TestSpanAttrsNotPooledForOtherSpans(t *testing.T) {
 
 // TestSpanAttrsAllocatesNothing: describing an SDK span from the pooled
 // buffer allocates nothing on our side (the span allows no attributes here,
-// so the SDK keeps none either). The race detector drops pooled items on
-// purpose, so the count is only checked without it.
+// so the SDK keeps none either), where a fresh buffer costs two
+// allocations. The race detector drops a quarter of what is put in a
+// sync.Pool on purpose, so with it the bound is looser but still below a
+// fresh buffer's.
 func TestSpanAttrsAllocatesNothing(t *testing.T) {
+	limit := 0.5
 	if raceEnabled {
-		t.Skip("sync.Pool drops items at random under the race detector")
+		limit = 1.5
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithRawSpanLimits(sdktrace.SpanLimits{AttributeCountLimit: 0}))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
@@ -118,8 +121,9 @@ func TestSpanAttrsAllocatesNothing(t *testing.T) {
 		a.Add(AttrTxID.String("tx"), AttrEndpoint.String("charge"), AttrAttempt.Int(1))
 		a.SetOn(span)
 	})
-	if allocs > 0.5 {
-		t.Errorf("%.2f allocations per described span, want none", allocs)
+	t.Logf("%.2f allocations per described span (race detector: %v)", allocs, raceEnabled)
+	if allocs > limit {
+		t.Errorf("%.2f allocations per described span, want at most %.1f", allocs, limit)
 	}
 }
 
