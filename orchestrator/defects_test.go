@@ -278,9 +278,14 @@ func TestRestoreResendsTheStepInFlight(t *testing.T) {
 		defer mu.Unlock()
 		return dropped[ids[0]]
 	})
-	if s, _ := o.Get(context.Background(), ids[0]); s.State != eventstore.StateInProgress || s.Span != 1 {
-		t.Fatalf("stranded saga is %s at span %d", s.State, s.Span)
-	}
+	// A reply's transition publishes the next command before it persists
+	// the saga (see sendAndPersist), so the command can be dropped before
+	// the row says IN_PROGRESS at span 1: wait for the row itself, which
+	// must get there (nothing answers the lost command, so it stays).
+	waitFor(t, time.Minute, "the stranded saga IN_PROGRESS at span 1", func() bool {
+		s, err := o.Get(context.Background(), ids[0])
+		return err == nil && s.State == eventstore.StateInProgress && s.Span == 1
+	})
 	if err := o.Restore(context.Background(), ids[0]); err != nil {
 		t.Fatal(err)
 	}
