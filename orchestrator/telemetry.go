@@ -50,8 +50,8 @@ type otelState struct {
 	deadLettered metric.Int64Counter
 	reg          metric.Registration
 	base         []attribute.KeyValue // service and domain
-	stepSets     sync.Map             // stepKey -> []metric.RecordOption
-	names        sync.Map             // op -> span name
+	stepOpts     *telemetry.Options[stepKey, metric.RecordOption]
+	names        sync.Map // op -> span name
 	kafkaOpt     kgo.Opt
 }
 
@@ -68,6 +68,7 @@ func (o *Orchestrator[T]) initTelemetry() error {
 		return nil
 	}
 	m := mp.Meter(telemetry.ScopeName + "/orchestrator")
+	o.tel.stepOpts = telemetry.NewOptions(o.tel.stepOptsOf)
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
 		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -143,17 +144,16 @@ func (o *Orchestrator[T]) closeTelemetry() {
 // recordStep records the latency of the step tx waited for, whose reply
 // env is being applied at now.
 func (o *Orchestrator[T]) recordStep(ctx context.Context, tx *eventstore.Transaction, env *topics.Envelope, now time.Time) {
-	k := stepKey{tx.Endpoint, tx.Kind, string(env.Outcome)}
-	opts, ok := o.tel.stepSets.Load(k)
-	if !ok {
-		// The option slice, not only the set: making the option, or
-		// passing it alone (its variadic slice escapes), allocates.
-		opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(o.tel.base[:2:2],
-			telemetry.AttrEndpoint.String(strings.TrimSuffix(k.endpoint, querySuffix)),
-			telemetry.AttrStepKind.String(k.kind), telemetry.AttrOutcome.String(k.outcome))...))}
-		o.tel.stepSets.Store(k, opts)
-	}
-	o.tel.stepDur.Record(ctx, now.Sub(tx.UpdatedAt).Seconds(), opts.([]metric.RecordOption)...)
+	opts := o.tel.stepOpts.Get(stepKey{tx.Endpoint, tx.Kind, string(env.Outcome)})
+	o.tel.stepDur.Record(ctx, now.Sub(tx.UpdatedAt).Seconds(), opts...)
+}
+
+// stepOptsOf are the options of a step's latency: service, domain,
+// endpoint, kind and outcome.
+func (t *otelState) stepOptsOf(k stepKey) []metric.RecordOption {
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(t.base[:2:2],
+		telemetry.AttrEndpoint.String(strings.TrimSuffix(k.endpoint, querySuffix)),
+		telemetry.AttrStepKind.String(k.kind), telemetry.AttrOutcome.String(k.outcome))...))}
 }
 
 // countDeadLetter counts a record dead-lettered with the reason code.

@@ -51,11 +51,12 @@ func copiesAttrs(span trace.Span) bool {
 	if v, ok := copying.Load(t); ok {
 		return v.(bool)
 	}
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
+	named := t
+	if named.Kind() == reflect.Pointer {
+		named = named.Elem()
 	}
-	ok := t.PkgPath() == sdkTracePkg
-	copying.Store(reflect.TypeOf(span), ok)
+	ok := named.PkgPath() == sdkTracePkg
+	copying.Store(t, ok)
 	return ok
 }
 
@@ -70,9 +71,6 @@ func NewSpanAttrs(span trace.Span) *SpanAttrs {
 
 // Add appends kv to the buffer.
 func (a *SpanAttrs) Add(kv ...attribute.KeyValue) { a.kv = append(a.kv, kv...) }
-
-// Len is the number of attributes in the buffer.
-func (a *SpanAttrs) Len() int { return len(a.kv) }
 
 // SetOn sets the buffered attributes on span in one call, then returns a
 // pooled buffer to the pool.

@@ -31,8 +31,8 @@ func TestSpanAttrsReuseKeepsEachSpansOwn(t *testing.T) {
 			t.Fatalf("an SDK span (%T) is not recognised as copying its attributes", span)
 		}
 		a := NewSpanAttrs(span)
-		if !a.pooled || a.Len() != 0 {
-			t.Fatalf("span %d: buffer pooled=%v len=%d, want a pooled empty one", i, a.pooled, a.Len())
+		if !a.pooled || len(a.kv) != 0 {
+			t.Fatalf("span %d: buffer pooled=%v len=%d, want a pooled empty one", i, a.pooled, len(a.kv))
 		}
 		a.Add(AttrTxID.String(fmt.Sprint("tx-", i)), AttrAttempt.Int(i))
 		if i%2 == 0 { // buffers of different lengths go back to the pool

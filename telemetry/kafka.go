@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -74,6 +73,7 @@ func newKafkaHooks(mp metric.MeterProvider, clientID string) (*kafkaHooks, error
 	h.sendSet = attribute.NewSet(semconv.MessagingSystemKafka, client, semconv.MessagingOperationName("send"), semconv.MessagingOperationTypeSend)
 	h.send = []metric.RecordOption{metric.WithAttributeSet(h.sendSet)}
 	h.clientKV = client
+	h.topics = NewOptions(h.topicOpts)
 	return h, nil
 }
 
@@ -89,7 +89,7 @@ type kafkaHooks struct {
 	// passing it alone (its slice escapes), allocates on every call.
 	client, tx, rx []metric.AddOption
 	send           []metric.RecordOption
-	topics         sync.Map // topicOp -> []metric.AddOption
+	topics         *Options[topicOp, metric.AddOption]
 }
 
 // addOpts is the option slice of an Add with the attributes set.
@@ -110,19 +110,14 @@ var (
 // produceKey is the Kafka API key of Produce requests.
 const produceKey = 0
 
-func (h *kafkaHooks) topicSet(topic, op string) []metric.AddOption {
-	k := topicOp{topic, op}
-	if s, ok := h.topics.Load(k); ok {
-		return s.([]metric.AddOption)
-	}
+// topicOpts are the options of a topic's send or receive counts.
+func (h *kafkaHooks) topicOpts(k topicOp) []metric.AddOption {
 	typ := semconv.MessagingOperationTypeSend
-	if op == "receive" {
+	if k.op == "receive" {
 		typ = semconv.MessagingOperationTypeReceive
 	}
-	s := addOpts(attribute.NewSet(semconv.MessagingSystemKafka, h.clientKV, semconv.MessagingDestinationName(topic),
-		semconv.MessagingOperationName(op), typ))
-	h.topics.Store(k, s)
-	return s
+	return addOpts(attribute.NewSet(semconv.MessagingSystemKafka, h.clientKV, semconv.MessagingDestinationName(k.topic),
+		semconv.MessagingOperationName(k.op), typ))
 }
 
 // OnBrokerConnect counts a connection opened, or failed.
@@ -162,12 +157,12 @@ func (h *kafkaHooks) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.Broker
 
 // OnProduceBatchWritten counts the records of a batch the broker accepted.
 func (h *kafkaHooks) OnProduceBatchWritten(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.ProduceBatchMetrics) {
-	h.sent.Add(context.Background(), int64(m.NumRecords), h.topicSet(topic, "send")...)
+	h.sent.Add(context.Background(), int64(m.NumRecords), h.topics.Get(topicOp{topic, "send"})...)
 }
 
 // OnFetchBatchRead counts the records of a fetched batch.
 func (h *kafkaHooks) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.FetchBatchMetrics) {
-	h.consumed.Add(context.Background(), int64(m.NumRecords), h.topicSet(topic, "receive")...)
+	h.consumed.Add(context.Background(), int64(m.NumRecords), h.topics.Get(topicOp{topic, "receive"})...)
 }
 
 // ErrorType is the error.type attribute value of err: a Kafka error's

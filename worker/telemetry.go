@@ -60,7 +60,7 @@ type otelState struct {
 	deadLettered metric.Int64Counter
 	regs         []metric.Registration
 	service      attribute.KeyValue
-	stepSets     sync.Map // stepKey -> []metric.RecordOption
+	stepOpts     *telemetry.Options[stepKey, metric.RecordOption]
 	names        sync.Map // nameKey -> span name
 	kafkaOpt     kgo.Opt
 }
@@ -85,6 +85,7 @@ func (w *Worker) initTelemetry() error {
 		return nil
 	}
 	m := mp.Meter(telemetry.ScopeName + "/worker")
+	w.tel.stepOpts = telemetry.NewOptions(w.tel.stepOptsOf)
 	var errs []error
 	var err error
 	w.tel.handlerDur, err = m.Float64Histogram(telemetry.MetricHandlerDuration, metric.WithUnit("s"),
@@ -141,16 +142,15 @@ func (w *Worker) closeTelemetry() {
 
 // recordHandler records how long the handler of cmd ran and its outcome.
 func (w *Worker) recordHandler(ctx context.Context, cmd *topics.Envelope, outcome topics.Outcome, d time.Duration) {
-	k := stepKey{cmd.Endpoint, cmd.Kind, outcome}
-	opts, ok := w.tel.stepSets.Load(k)
-	if !ok {
-		// The option slice, not only the set: making the option, or
-		// passing it alone (its variadic slice escapes), allocates.
-		opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(w.tel.service, telemetry.AttrEndpoint.String(k.endpoint),
-			telemetry.AttrStepKind.String(string(k.kind)), telemetry.AttrOutcome.String(string(k.outcome))))}
-		w.tel.stepSets.Store(k, opts)
-	}
-	w.tel.handlerDur.Record(ctx, d.Seconds(), opts.([]metric.RecordOption)...)
+	opts := w.tel.stepOpts.Get(stepKey{cmd.Endpoint, cmd.Kind, outcome})
+	w.tel.handlerDur.Record(ctx, d.Seconds(), opts...)
+}
+
+// stepOptsOf are the options of a handler's duration: service, endpoint,
+// kind and outcome.
+func (t *otelState) stepOptsOf(k stepKey) []metric.RecordOption {
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(t.service, telemetry.AttrEndpoint.String(k.endpoint),
+		telemetry.AttrStepKind.String(string(k.kind)), telemetry.AttrOutcome.String(string(k.outcome))))}
 }
 
 // countDeadLetter counts a record dead-lettered with reason, by the reason's

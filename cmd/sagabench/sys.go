@@ -27,8 +27,8 @@ type measure struct {
 	BoxCPU float64 `json:"box_cpu_pct"`
 	// StealPct is the share of the machine's CPU time the hypervisor gave
 	// to other guests during the phase, in percent (-1 when unknown;
-	// counted in BoxCPU). On a shared virtual machine it is why rates of
-	// one build swing between runs while its CPU time per saga does not.
+	// counted in BoxCPU). On a shared virtual machine it is one reason
+	// the rates of one build swing between runs.
 	StealPct float64 `json:"steal_pct"`
 	// KafkaCPUPerSaga and CassandraCPUPerSaga are the CPU time per saga,
 	// in milliseconds, of the local Kafka broker and Cassandra processes

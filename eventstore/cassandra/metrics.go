@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -71,7 +70,11 @@ func (s *Store) RegisterMetrics(mp metric.MeterProvider, attrs ...attribute.KeyV
 	if err != nil {
 		return nil, fmt.Errorf("cassandra: metrics: %w", err)
 	}
-	s.obs.timing.Store(&timing{hist: dur, attrs: append([]attribute.KeyValue{semconv.DBSystemNameCassandra}, attrs...)})
+	t := &timing{hist: dur, attrs: append([]attribute.KeyValue{semconv.DBSystemNameCassandra}, attrs...)}
+	t.opts = telemetry.NewOptions(func(k tableOp) []metric.RecordOption {
+		return []metric.RecordOption{metric.WithAttributeSet(t.newSet(k.table, k.op))}
+	})
+	s.obs.timing.Store(t)
 	return &registration{reg: reg, obs: s.obs}, nil
 }
 
@@ -95,7 +98,7 @@ func (r *registration) Unregister() error {
 type timing struct {
 	hist  metric.Float64Histogram
 	attrs []attribute.KeyValue
-	sets  sync.Map // tableOp -> []metric.RecordOption
+	opts  *telemetry.Options[tableOp, metric.RecordOption]
 }
 
 type tableOp struct{ table, op string }
@@ -104,14 +107,7 @@ type tableOp struct{ table, op string }
 func (t *timing) record(ctx context.Context, c stmtClass, op string, start, end time.Time, err error) {
 	var opts []metric.RecordOption
 	if err == nil {
-		k := tableOp{c.tableName, op}
-		v, ok := t.sets.Load(k)
-		if !ok {
-			// The option slice, not only the set: making the option, or
-			// passing it alone (its variadic slice escapes), allocates.
-			v, _ = t.sets.LoadOrStore(k, []metric.RecordOption{metric.WithAttributeSet(t.newSet(c.tableName, op))})
-		}
-		opts = v.([]metric.RecordOption)
+		opts = t.opts.Get(tableOp{c.tableName, op})
 	} else {
 		base := t.newSet(c.tableName, op)
 		opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(base.ToSlice(), semconv.ErrorTypeKey.String(errorType(err)))...))}
