@@ -90,12 +90,14 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 }
 
 // runCell measures the framework in spec and its floor in o.rounds rounds,
-// then the floor's two halves once. A round is a framework run and a floor
-// run; the order alternates — the framework first in round 1, the floor
-// first in round 2, and so on — because on a busy machine the first run of
-// a cell is systematically the slower one, which would otherwise count
-// against whichever always runs first. The cell reports the median round.
-// With --no-floor the framework runs once.
+// then the floor's two halves once. The cell's first framework run counts
+// its statements and warms the services; it is not a round (the first run
+// of a cell is systematically the slowest on a busy machine). A round is a
+// framework run and a floor run; the order alternates — the framework first
+// in round 1, the floor first in round 2, and so on — so that a machine's
+// drift does not count against whichever always runs first. The cell
+// reports the median round. With --no-floor the framework runs once (then
+// the --telemetry rounds, if any).
 func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *cassandra.Store, fs *floorSession, res *cellResult, logger *slog.Logger, progress func(string, ...any)) error {
 	brokers := splitList(o.kafka)
 	if !spec.RealKafka {
@@ -127,41 +129,55 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 		}
 		return fmt.Sprintf(" (round %d of %d)", i+1, rounds)
 	}
-	// runFramework is the framework's run in round i, on fresh topics: the
-	// cell's own names in round 1, names ending in -fw<i> after it.
+	// runFramework is the framework's run in round i (from 0), or the
+	// cell's first run (i < 0), on fresh topics: the cell's own names in
+	// the first run, names ending in -fw<i+1> in round i.
 	runFramework := func(i int) (measure, *roundTrips, error) {
 		s := suffix
-		if i > 0 {
-			s = fmt.Sprintf("%s-fw%d", suffix, i)
+		if i >= 0 {
+			s = fmt.Sprintf("%s-fw%d", suffix, i+1)
 		}
 		names := placeorder.DefaultNames().WithSuffix(s)
 		fwTopics = append(fwTopics, frameworkTopics(names)...)
 		fw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: names, logger: logger}
 		m, rt, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
+		label := tag(i)
+		if i < 0 && (!o.noFloor || o.telemetry >= 0) {
+			label = " (first run: counts the statements, warms the services; not a round)"
+		}
 		if err != nil {
-			return measure{}, nil, fmt.Errorf("framework%s: %w", tag(i), err)
+			return measure{}, nil, fmt.Errorf("framework%s: %w", label, err)
 		}
 		m = notUsed(spec, m)
-		progress("%s: framework%s %.1f sagas/s, p50 %.1fms, p99 %.1fms, %.2f cpu-ms/saga", spec.Name, tag(i), m.Rate, m.P50, m.P99, m.CPUPerSaga)
+		progress("%s: framework%s %.1f sagas/s, p50 %.1fms, p99 %.1fms, %.2f cpu-ms/saga", spec.Name, label, m.Rate, m.P50, m.P99, m.CPUPerSaga)
 		return m, rt, nil
 	}
-	// telemetry measures the cost of telemetry (--telemetry) against plain.
-	telemetry := func(plain measure) error {
+	// telemetry measures the cost of telemetry (--telemetry).
+	telemetry := func() error {
 		if o.telemetry < 0 {
 			return nil
 		}
-		return measureTelemetry(ctx, o, spec, suffix, brokers, store, cass, logger, plain, res, progress)
+		return measureTelemetry(ctx, o, spec, suffix, brokers, store, cass, logger, res, progress)
 	}
 
-	first, rt, err := runFramework(0)
+	// The cell's first framework run counts the statements a saga sends
+	// (all runs send the same: they give the floor its plan) and warms
+	// the brokers, Cassandra's JIT and the cell's tables, which make a
+	// cell's first run systematically slower than the next ones; it is a
+	// measured round only with --no-floor and no --telemetry.
+	first, rt, err := runFramework(-1)
 	if err != nil {
 		return err
 	}
-	// All runs issue the same statements per saga: the first one's counts
-	// stand for the cell, and give the floor its plan.
 	res.Framework, res.RoundTrips = first, rt
 	if o.noFloor {
-		return telemetry(first)
+		if err := telemetry(); err != nil {
+			return err
+		}
+		if res.TelemetryPlain != nil {
+			res.Framework = *res.TelemetryPlain // a warm run, not the first
+		}
+		return nil
 	}
 	plan := planFromRoundTrips(rt)
 	// Each run of fl provisions its own topics and saga ids (the prefix
@@ -181,19 +197,14 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 	}
 	var done []cellRound
 	for i := range rounds {
-		r := cellRound{fw: first}
+		var r cellRound
 		var err error
-		switch {
-		case i == 0:
-			r.floor, err = runFloor(i)
-		case i%2 == 1:
-			if r.floor, err = runFloor(i); err == nil {
-				r.fw, _, err = runFramework(i)
-			}
-		default:
+		if i%2 == 0 {
 			if r.fw, _, err = runFramework(i); err == nil {
 				r.floor, err = runFloor(i)
 			}
+		} else if r.floor, err = runFloor(i); err == nil {
+			r.fw, _, err = runFramework(i)
 		}
 		if err != nil {
 			return err
@@ -203,11 +214,7 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 		setRounds(res, done)
 		progress("%s: framework/floor%s %.2f", spec.Name, tag(i), r.ratio)
 	}
-	// Telemetry's first round compares against the median round's
-	// framework measure: the one the cell reports (so the telemetry line
-	// and target compare with the same figures), and not the first run,
-	// which carries the first-run bias the rounds are there to avoid.
-	if err := telemetry(res.Framework); err != nil {
+	if err := telemetry(); err != nil {
 		return err
 	}
 	if plan.perSaga() > 0 {

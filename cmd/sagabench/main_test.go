@@ -264,6 +264,20 @@ func TestTelemetryCost(t *testing.T) {
 	if len(c.TelemetryCosts) != 3 || c.TelemetryCost != c.TelemetryCosts[1] || c.TelemetryCosts[0] > c.TelemetryCosts[1] || c.TelemetryCosts[1] > c.TelemetryCosts[2] {
 		t.Errorf("telemetry cost %v, rounds %v: want the median of 3 sorted rounds", c.TelemetryCost, c.TelemetryCosts)
 	}
+	// The median round's run without telemetry is the row's (a fresh run,
+	// not the cell's first), and its cost is computed against it.
+	if p := c.TelemetryPlain; p == nil || p.Sagas != 40 || c.Framework != *p ||
+		math.Abs(c.TelemetryCost-(1-c.Telemetry.Rate/p.Rate)) > 1e-9 {
+		t.Errorf("run without telemetry %+v (row %+v): want the median round's, whose rate gives the cost %v", p, c.Framework, c.TelemetryCost)
+	}
+	// The SDK's floor: the saga's spans as the exporter counted them (the
+	// start, then per step the worker's and the reply's: 1+2*3), each with
+	// attributes, and their CPU as a share of the cell's.
+	f := c.TelemetryFloor
+	if f == nil || f.SpansPerSaga != 7 || f.AttrsPerSpan < 3 || !(f.CPUPerSaga > 0) || !(f.Share > 0 && f.Share < 1) ||
+		math.Abs(f.Share-f.CPUPerSaga/(c.TelemetryPlain.CPUPerSaga+f.CPUPerSaga)) > 1e-9 {
+		t.Errorf("telemetry floor %+v: want 7 spans per saga with attributes, a positive CPU and its share of the cell's", f)
+	}
 	var found bool
 	for _, tg := range r.Targets {
 		if tg.Cell == c.Cell && strings.Contains(tg.Name, "telemetry cost") {
@@ -277,8 +291,18 @@ func TestTelemetryCost(t *testing.T) {
 		t.Errorf("no telemetry target in %+v", r.Targets)
 	}
 	table := runBench(t, args...)
-	if !strings.Contains(table, "embedded-c1 with telemetry: ") {
-		t.Errorf("no telemetry line in the table:\n%s", table)
+	if !strings.Contains(table, "embedded-c1 with telemetry: ") || !strings.Contains(table, "embedded-c1 telemetry floor: the SDK alone, 7.0 spans per traced saga") {
+		t.Errorf("no telemetry or telemetry floor line in the table:\n%s", table)
+	}
+	// Half the sagas traced: still 7 spans per traced saga.
+	r = decode(t, runBench(t, "--sagas", "30", "--warmup", "2", "--cells", "embedded-c1", "--kafka", "", "--cassandra", "", "--no-floor", "--telemetry", "0.5", "--telemetry-rounds", "1", "--json"))
+	if f := r.Cells[0].TelemetryFloor; f == nil || f.SpansPerSaga != 7 {
+		t.Errorf("half the sagas traced: floor %+v, want 7 spans per traced saga", f)
+	}
+	// Metrics only: no spans, so no floor.
+	r = decode(t, runBench(t, "--sagas", "20", "--warmup", "2", "--cells", "embedded-c1", "--kafka", "", "--cassandra", "", "--no-floor", "--telemetry", "0", "--telemetry-rounds", "1", "--json"))
+	if c := r.Cells[0]; c.Telemetry == nil || c.TelemetryFloor != nil {
+		t.Errorf("metrics only: telemetry %+v, floor %+v: want a measure and no floor", c.Telemetry, c.TelemetryFloor)
 	}
 	var stderr bytes.Buffer
 	if _, err := parse([]string{"--telemetry", "1.5"}, &stderr); err == nil {
@@ -286,6 +310,31 @@ func TestTelemetryCost(t *testing.T) {
 	}
 	if _, err := parse([]string{"--telemetry", "1", "--telemetry-rounds", "0"}, &stderr); err == nil {
 		t.Error("--telemetry-rounds 0 accepted")
+	}
+}
+
+// A missed telemetry target says it is out of reach when the SDK's floor
+// alone costs more than the target, and otherwise points at sampling.
+func TestTelemetryTargetOutOfReach(t *testing.T) {
+	plain := measure{Rate: 1000, CPUPerSaga: 0.3, KafkaCPUPerSaga: -1, CassandraCPUPerSaga: -1}
+	tel := measure{Rate: 750, CPUPerSaga: 0.4}
+	cell := func(share float64) *cellResult {
+		return &cellResult{Cell: "embedded-c256", Framework: plain, TelemetryPlain: &plain, Telemetry: &tel, TelemetryCost: 0.25,
+			TelemetryCosts: []float64{0.05, 0.25, 0.3}, TelemetryFloor: &sdkFloor{SpansPerSaga: 7, AttrsPerSpan: 9, CPUPerSaga: 0.05, Share: share}}
+	}
+	ts := telemetryTargets([]*cellResult{cell(0.14), cell(0.05)})
+	if len(ts) != 2 || ts[0].Met || ts[1].Met {
+		t.Fatalf("targets %+v: want two misses", ts)
+	}
+	if w := ts[0].Why; !strings.Contains(w, "out of reach at this sampling") || !strings.Contains(w, "0.050 cpu-ms per saga for its 7.0 spans per traced saga") ||
+		!strings.Contains(w, "14.0% of the throughput of a cell bound by its 0.30 cpu-ms per saga") {
+		t.Errorf("floor above the target: %q", w)
+	}
+	if w := ts[1].Why; strings.Contains(w, "out of reach") || !strings.Contains(w, "sample fewer sagas") {
+		t.Errorf("floor below the target: %q", w)
+	}
+	if s := ts[0].String(); !strings.Contains(s, "--telemetry-rounds") {
+		t.Errorf("straddling telemetry rounds should point at --telemetry-rounds: %s", s)
 	}
 }
 
@@ -322,12 +371,27 @@ func TestRounds(t *testing.T) {
 	if !strings.Contains(table, "the median of 3 rounds") {
 		t.Errorf("the notes do not say the ratio is a median of rounds:\n%s", table)
 	}
+	// Progress: the first run is named as no round, then rounds 1 to 3.
+	var stdout, stderr bytes.Buffer
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	progress := stderr.String()
+	for _, want := range []string{": framework (first run: counts the statements, warms the services; not a round)",
+		": framework (round 1 of 3)", ": floor (round 1 of 3)", ": framework (round 3 of 3)", ": floor (round 3 of 3)"} {
+		if strings.Count(progress, want) != 1 {
+			t.Errorf("progress names %q %d times, want once:\n%s", want, strings.Count(progress, want), progress)
+		}
+	}
+	if strings.Contains(progress, "round 4") {
+		t.Errorf("progress names a fourth round:\n%s", progress)
+	}
 	one := runBench(t, "--sagas", "40", "--warmup", "5", "--cells", "embedded-c1", "--kafka", "", "--cassandra", "", "--rounds", "1")
 	if strings.Contains(one, "by round") || !strings.Contains(one, "one round") {
 		t.Errorf("--rounds 1 table:\n%s", one)
 	}
 
-	var stderr bytes.Buffer
+	stderr.Reset()
 	if _, err := parse([]string{"--rounds", "0"}, &stderr); err == nil || !strings.Contains(err.Error(), "--rounds") {
 		t.Errorf("--rounds 0: %v, want an error naming --rounds", err)
 	}

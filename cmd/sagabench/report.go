@@ -50,11 +50,15 @@ type cellResult struct {
 	Ratio  float64   `json:"framework_over_floor,omitempty"`
 	Ratios []float64 `json:"framework_over_floor_rounds,omitempty"`
 	// Telemetry is the framework's measure with OpenTelemetry on
-	// (--telemetry) in the median round, TelemetryCost the fraction of
-	// throughput it cost there, TelemetryCosts every round's, sorted.
+	// (--telemetry) in the median round and TelemetryPlain the same
+	// round's run without it, TelemetryCost the fraction of throughput it
+	// cost there, TelemetryCosts every round's, sorted. TelemetryFloor is
+	// what the SDK's spans alone cost (nil without traces).
 	Telemetry      *measure  `json:"framework_with_telemetry,omitempty"`
+	TelemetryPlain *measure  `json:"framework_without_telemetry,omitempty"`
 	TelemetryCost  float64   `json:"telemetry_cost,omitempty"`
 	TelemetryCosts []float64 `json:"telemetry_cost_rounds,omitempty"`
+	TelemetryFloor *sdkFloor `json:"telemetry_floor,omitempty"`
 	// Load is the load average when the cell ended.
 	Load    [3]float64 `json:"load"`
 	Skipped string     `json:"skipped,omitempty"`
@@ -136,11 +140,13 @@ func opt(v float64, prec int) string {
 // notes explain the columns under the table, for cells of the given
 // number of framework/floor rounds.
 func notes(rounds int) []string {
-	head := []string{"ratio = framework sagas/s / floor sagas/s (one round: the framework run, then the floor run)."}
+	head := []string{"ratio = framework sagas/s / floor sagas/s (one round: the framework run, then the floor run), after a",
+		"first framework run that counts the statements and warms the services (a cell's first run is its slowest)."}
 	if rounds > 1 {
 		head = []string{
 			fmt.Sprintf("ratio = framework sagas/s / floor sagas/s, the median of %d rounds (a framework run and a floor run each, in", rounds),
-			"alternating order, the framework first in round 1); the framework and floor columns are the median round's.",
+			"alternating order, the framework first in round 1); the framework and floor columns are the median round's. A first",
+			"framework run before the rounds counts the statements and warms the services (a cell's first run is its slowest).",
 		}
 	}
 	return append(head,
@@ -202,13 +208,21 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	for _, c := range r.Cells {
 		if t := c.Telemetry; t != nil {
+			plain := c.Framework
+			if c.TelemetryPlain != nil {
+				plain = *c.TelemetryPlain
+			}
 			rounds := make([]string, len(c.TelemetryCosts))
 			for i, v := range c.TelemetryCosts {
 				rounds[i] = num(100*v, 1) + "%"
 			}
 			fmt.Fprintf(w, "%s with telemetry: %s sagas/s (without: %s), %s cpu-ms/saga (without: %s), p50 %s ms, steal %s%% (without: %s%%): costs %s%% of the throughput (median of rounds %s)\n",
-				c.Cell, num(t.Rate, 1), num(c.Framework.Rate, 1), num(t.CPUPerSaga, 2), num(c.Framework.CPUPerSaga, 2), num(t.P50, 1),
-				opt(t.StealPct, 0), opt(c.Framework.StealPct, 0), num(100*c.TelemetryCost, 1), strings.Join(rounds, " "))
+				c.Cell, num(t.Rate, 1), num(plain.Rate, 1), num(t.CPUPerSaga, 2), num(plain.CPUPerSaga, 2), num(t.P50, 1),
+				opt(t.StealPct, 0), opt(plain.StealPct, 0), num(100*c.TelemetryCost, 1), strings.Join(rounds, " "))
+			if f := c.TelemetryFloor; f != nil {
+				fmt.Fprintf(w, "%s telemetry floor: the SDK alone, %s spans per traced saga with %s attributes each, costs %s cpu-ms per saga: %s%% of the throughput where %s cpu-ms per saga bound it\n",
+					c.Cell, num(f.SpansPerSaga, 1), num(f.AttrsPerSpan, 1), num(f.CPUPerSaga, 3), num(100*f.Share, 1), num(boundCPU(plain), 2))
+			}
 		}
 	}
 	if len(r.Targets) > 0 {

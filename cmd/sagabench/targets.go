@@ -25,6 +25,8 @@ type target struct {
 	// not the build, decided the verdict.
 	Rounds    []float64 `json:"rounds,omitempty"`
 	Straddles bool      `json:"rounds_straddle,omitempty"`
+	// roundsFlag is the flag that sets how many rounds the verdict takes.
+	roundsFlag string
 }
 
 // withRounds sets t's rounds and whether they straddle its threshold:
@@ -35,8 +37,10 @@ func (t target) withRounds(rounds []float64, atMost bool) target {
 		return t
 	}
 	t.Rounds = rounds
+	t.roundsFlag = "--rounds"
 	lo, hi := slices.Min(rounds), slices.Max(rounds)
 	if atMost {
+		t.roundsFlag = "--telemetry-rounds"
 		t.Straddles = lo <= t.Want && hi > t.Want
 	} else {
 		t.Straddles = lo < t.Want && hi >= t.Want
@@ -54,8 +58,8 @@ func (t target) String() string {
 		s += fmt.Sprintf(", floor %s", num(t.Floor, 2))
 	}
 	if t.Straddles {
-		s += fmt.Sprintf(" (rounds %s-%s straddle the target: noise decided this verdict, rerun with more --rounds)",
-			num(slices.Min(t.Rounds), 2), num(slices.Max(t.Rounds), 2))
+		s += fmt.Sprintf(" (rounds %s-%s straddle the target: noise decided this verdict, rerun with more %s)",
+			num(slices.Min(t.Rounds), 2), num(slices.Max(t.Rounds), 2), t.roundsFlag)
 	}
 	if t.Why != "" {
 		s += ": " + t.Why

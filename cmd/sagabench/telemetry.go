@@ -5,10 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"runtime"
+	"runtime/metrics"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
@@ -31,10 +39,13 @@ const maxTelemetryCost = 0.10
 // MeterProvider read by the Prometheus exporter. Spans go to an exporter
 // that drops them: the figure is the cost of instrumenting, not of a
 // network exporter (which runs off the hot path, in the batch processor's
-// goroutine).
+// goroutine). The exporter counts the spans and their attributes, for the
+// telemetry floor (sdkFloor).
 type benchTelemetry struct {
 	tp   *sdktrace.TracerProvider
 	prom *promexport.Exporter
+	// spans counts what the batch processor exported.
+	spans *spanCounter
 	// ratio is the sampled fraction (0: metrics only, no tracer).
 	ratio float64
 }
@@ -45,10 +56,12 @@ func newBenchTelemetry(ratio float64) (*benchTelemetry, error) {
 	if err != nil {
 		return nil, err
 	}
+	spans := &spanCounter{}
 	return &benchTelemetry{
-		tp: sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}), sdktrace.WithResource(res),
+		tp: sdktrace.NewTracerProvider(sdktrace.WithBatcher(spans), sdktrace.WithResource(res),
 			sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)))),
 		prom:  prom,
+		spans: spans,
 		ratio: ratio,
 	}, nil
 }
@@ -74,66 +87,234 @@ func (t *benchTelemetry) close() error {
 	return errors.Join(t.tp.Shutdown(ctx), t.prom.Shutdown(ctx))
 }
 
-// discardSpans is a span exporter that drops what it is given.
-type discardSpans struct{}
+// spanCounter is a span exporter that drops what it is given, counting
+// the spans, the root spans among them (one per traced saga) and their
+// attributes.
+type spanCounter struct{ spans, roots, attrs atomic.Int64 }
 
-func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
-func (discardSpans) Shutdown(context.Context) error                             { return nil }
+func (c *spanCounter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	var n, roots int
+	for _, s := range spans {
+		n += len(s.Attributes())
+		if !s.Parent().IsValid() {
+			roots++
+		}
+	}
+	c.spans.Add(int64(len(spans)))
+	c.roots.Add(int64(roots))
+	c.attrs.Add(int64(n))
+	return nil
+}
 
-// measureTelemetry runs spec's framework with telemetry on, alternating
-// with runs without it for o.telemetryRounds rounds, each on fresh topics,
-// and sets res's telemetry figures: the median round's cost and its
-// measure. Round 1's run without telemetry is plain, already measured (the
-// cell's reported framework measure: runCell passes the median
-// framework/floor round's). Alternating and taking the median keeps a
-// noisy machine's drift out of the ratio.
+func (*spanCounter) Shutdown(context.Context) error { return nil }
+
+// measureTelemetry runs spec's framework without and with telemetry on,
+// o.telemetryRounds pairs of runs, each on fresh topics, the order
+// alternating (without first in round 1, with first in round 2, ...) so that
+// a machine's drift does not count against one side; then the SDK's floor
+// (spanFloor) once. It sets res's telemetry figures: the median round's
+// cost and measures, every round's cost, and the floor.
 func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix string, brokers []string, store eventstore.Store, cass *cassandra.Store,
-	logger *slog.Logger, plain measure, res *cellResult, progress func(string, ...any)) error {
+	logger *slog.Logger, res *cellResult, progress func(string, ...any)) error {
 	type round struct {
-		cost float64
-		tel  measure
+		cost               float64
+		plain, tel         measure
+		spans, roots, attr int64
 	}
 	var rounds []round
-	for i := range o.telemetryRounds {
-		if i > 0 {
-			names := placeorder.DefaultNames().WithSuffix(fmt.Sprintf("%s-plain%d", suffix, i))
-			if spec.RealKafka {
-				defer deleteTopics(brokers, frameworkTopics(names))
-			}
-			fw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: names, logger: logger}
-			m, _, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
-			if err != nil {
-				return fmt.Errorf("framework (telemetry round %d, without): %w", i+1, err)
-			}
-			plain = notUsed(spec, m)
+	// run is one run of the framework: plain (tel nil) or instrumented.
+	run := func(i int, tel *benchTelemetry) (measure, error) {
+		kind := "plain"
+		if tel != nil {
+			kind = "tel"
 		}
-		tel, err := newBenchTelemetry(o.telemetry)
-		if err != nil {
-			return err
-		}
-		names := placeorder.DefaultNames().WithSuffix(fmt.Sprintf("%s-tel%d", suffix, i))
+		names := placeorder.DefaultNames().WithSuffix(fmt.Sprintf("%s-%s%d", suffix, kind, i))
 		if spec.RealKafka {
 			defer deleteTopics(brokers, frameworkTopics(names))
 		}
 		fw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: names, logger: logger, tel: tel}
-		tm, _, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
-		_ = tel.close()
+		m, _, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
+		return notUsed(spec, m), err
+	}
+	for i := range o.telemetryRounds {
+		var r round
+		tel, err := newBenchTelemetry(o.telemetry)
 		if err != nil {
-			return fmt.Errorf("framework with telemetry (round %d): %w", i+1, err)
+			return err
 		}
-		tm = notUsed(spec, tm)
-		r := round{cost: telemetryCost(plain, tm), tel: tm}
+		runTel := func() (err error) {
+			r.tel, err = run(i, tel)
+			cerr := tel.close()
+			if err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("framework with telemetry (round %d): %w", i+1, err)
+			}
+			r.spans, r.roots, r.attr = tel.spans.spans.Load(), tel.spans.roots.Load(), tel.spans.attrs.Load()
+			return nil
+		}
+		runPlain := func() (err error) {
+			if r.plain, err = run(i, nil); err != nil {
+				return fmt.Errorf("framework (telemetry round %d, without): %w", i+1, err)
+			}
+			return nil
+		}
+		first, second := runPlain, runTel
+		if i%2 == 1 {
+			first, second = runTel, runPlain
+		}
+		if err := first(); err != nil {
+			return err
+		}
+		if err := second(); err != nil {
+			return err
+		}
+		r.cost = telemetryCost(r.plain, r.tel)
 		rounds = append(rounds, r)
 		progress("%s: telemetry round %d: %.1f sagas/s without, %.1f with (trace ratio %g): costs %.1f%%",
-			spec.Name, i+1, plain.Rate, tm.Rate, o.telemetry, 100*r.cost)
+			spec.Name, i+1, r.plain.Rate, r.tel.Rate, o.telemetry, 100*r.cost)
 	}
 	sort.Slice(rounds, func(a, b int) bool { return rounds[a].cost < rounds[b].cost })
 	med := rounds[len(rounds)/2]
-	res.Telemetry, res.TelemetryCost = &med.tel, med.cost
+	res.Telemetry, res.TelemetryPlain, res.TelemetryCost = &med.tel, &med.plain, med.cost
 	for _, r := range rounds {
 		res.TelemetryCosts = append(res.TelemetryCosts, r.cost)
 	}
+	if med.roots == 0 {
+		return nil // metrics only: no span to floor
+	}
+	fl := &sdkFloor{SpansPerSaga: float64(med.spans) / float64(med.roots), AttrsPerSpan: float64(med.attr) / float64(med.spans)}
+	// In this process as the runs left it: the store's sagas (the
+	// in-memory store's heap) stay live, so the garbage collector scans
+	// what it scanned while the framework ran.
+	err := fl.measure(ctx, o.telemetry, spec.Concurrency, o.sagas)
+	runtime.KeepAlive(store)
+	if err != nil {
+		return fmt.Errorf("telemetry floor: %w", err)
+	}
+	fl.Share = fl.CPUPerSaga / (boundCPU(med.plain) + fl.CPUPerSaga)
+	res.TelemetryFloor = fl
+	progress("%s: telemetry floor: the SDK's %.1f spans per traced saga (%.1f attributes each) alone cost %.3f cpu-ms/saga, %.1f%% of the throughput",
+		spec.Name, fl.SpansPerSaga, fl.AttrsPerSpan, fl.CPUPerSaga, 100*fl.Share)
 	return nil
+}
+
+// boundCPU is the CPU per saga, in milliseconds, that bounds a CPU-bound
+// cell: this process's and the local broker's and Cassandra's (when the
+// cell uses them).
+func boundCPU(m measure) float64 {
+	return m.CPUPerSaga + max(m.KafkaCPUPerSaga, 0) + max(m.CassandraCPUPerSaga, 0)
+}
+
+// sdkFloor is the least tracing can cost a saga: the OpenTelemetry SDK's own
+// work for as many spans as the framework's traced sagas had, with as many
+// attributes each, their trace context carried from span to span through
+// the W3C propagator as over the saga's Kafka hops — measured by a loop
+// without the framework, with the TracerProvider and sampling the
+// telemetry runs use.
+type sdkFloor struct {
+	// SpansPerSaga is per traced saga (spans over root spans).
+	SpansPerSaga float64 `json:"spans_per_traced_saga"`
+	AttrsPerSpan float64 `json:"attributes_per_span"`
+	// CPUPerSaga is the loop's CPU time per saga, in milliseconds.
+	CPUPerSaga float64 `json:"cpu_ms_per_saga"`
+	// Sagas is how many the loop ran, GCCycles the garbage collections
+	// during it.
+	Sagas    int    `json:"sagas"`
+	GCCycles uint64 `json:"gc_cycles"`
+	// Share is the fraction of a CPU-bound cell's throughput that CPU
+	// costs: CPUPerSaga / (the cell's CPU per saga without telemetry +
+	// CPUPerSaga).
+	Share float64 `json:"throughput_share"`
+}
+
+// measure runs the spans of at least n sagas at concurrency conc, each
+// saga's root span sampled at ratio (the others follow it, as the
+// framework's parent-based sampler makes them), and sets f's CPU per saga.
+func (f *sdkFloor) measure(ctx context.Context, ratio float64, conc, n int) error {
+	tel, err := newBenchTelemetry(ratio)
+	if err != nil {
+		return err
+	}
+	tr := tel.tp.Tracer("sagabench/floor")
+	spans := max(int(math.Round(f.SpansPerSaga)), 1)
+	nattr := max(int(math.Round(f.AttrsPerSpan)), 1)
+	// The attributes a step span carries: a few strings and integers, one
+	// of them (the saga's id) different for every saga.
+	base := make([]attribute.KeyValue, 0, nattr)
+	for j := range nattr - 1 {
+		if j%3 == 2 {
+			base = append(base, attribute.Int(fmt.Sprintf("sagabench.floor.i%d", j), j))
+		} else {
+			base = append(base, attribute.String(fmt.Sprintf("sagabench.floor.s%d", j), "place-order"))
+		}
+	}
+	prop := propagation.TraceContext{}
+	saga := func(i int) {
+		attrs := make([]attribute.KeyValue, 0, nattr)
+		id := attribute.String("sagabench.floor.tx", fmt.Sprintf("tx-%d", i))
+		// The start span, then each next span a child of the previous one
+		// through a carrier, as a record's headers carry it.
+		c, span := tr.Start(ctx, "saga start", trace.WithSpanKind(trace.SpanKindProducer))
+		for s := 1; s <= spans; s++ {
+			attrs = append(append(attrs[:0], base...), id)
+			span.SetAttributes(attrs...)
+			if s == spans {
+				span.End()
+				break
+			}
+			carrier := propagation.MapCarrier{}
+			prop.Inject(c, carrier)
+			span.End()
+			c, span = tr.Start(prop.Extract(ctx, carrier), "step", trace.WithSpanKind(trace.SpanKindConsumer))
+		}
+	}
+	// At least n sagas, and on until the garbage collector has run
+	// floorGCCycles times (at most 50n sagas): a cycle's cost lands on the
+	// sagas around it, so a run of fewer cycles would charge one cycle, or
+	// none, to all of them.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	gc0 := gcCycles()
+	limit := int64(50 * n)
+	more := func() (int, bool) {
+		i := next.Add(1)
+		if i > int64(n) && (i > limit || gcCycles()-gc0 >= floorGCCycles) {
+			return 0, false
+		}
+		return int(i), true
+	}
+	m := startMeter()
+	for range max(conc, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, ok := more(); ok; i, ok = more() {
+				saga(i)
+			}
+		}()
+	}
+	wg.Wait()
+	f.Sagas = int(min(next.Load()-int64(max(conc, 1)), limit))
+	f.GCCycles = gcCycles() - gc0
+	cerr := tel.close() // the batch processor's last export counts too
+	f.CPUPerSaga = m.stop(make([]time.Duration, f.Sagas)).CPUPerSaga
+	return cerr
+}
+
+// floorGCCycles is how many garbage collections the telemetry floor's loop
+// lasts at least.
+const floorGCCycles = 4
+
+// gcCycles is how many garbage collections this process has completed.
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // telemetryCost is 1 - (sagas/s with telemetry)/(sagas/s without).
@@ -158,9 +339,21 @@ func telemetryTargets(cells []*cellResult) []target {
 		}
 		t = t.withRounds(c.TelemetryCosts, true)
 		if !t.Met {
+			plain := c.Framework
+			if c.TelemetryPlain != nil {
+				plain = *c.TelemetryPlain
+			}
 			t.Why = fmt.Sprintf("%s cpu-ms/saga with telemetry against %s without: the SDK's spans and instruments "+
 				"on a CPU-bound cell; sample fewer sagas (--telemetry 0.1) where the process is CPU-bound",
-				num(c.Telemetry.CPUPerSaga, 2), num(c.Framework.CPUPerSaga, 2))
+				num(c.Telemetry.CPUPerSaga, 2), num(plain.CPUPerSaga, 2))
+			if f := c.TelemetryFloor; f != nil && f.Share > maxTelemetryCost {
+				t.Why = fmt.Sprintf("out of reach at this sampling: the OpenTelemetry SDK alone, with no framework, "+
+					"costs %s cpu-ms per saga for its %s spans per traced saga (%s attributes each, the trace context carried from span to span), "+
+					"%s%% of the throughput of a cell bound by its %s cpu-ms per saga; the framework with telemetry took %s cpu-ms/saga "+
+					"against %s without; sample fewer sagas (--telemetry 0.1) where the process is CPU-bound",
+					num(f.CPUPerSaga, 3), num(f.SpansPerSaga, 1), num(f.AttrsPerSpan, 1), num(100*f.Share, 1), num(boundCPU(plain), 2),
+					num(c.Telemetry.CPUPerSaga, 2), num(plain.CPUPerSaga, 2))
+			}
 		}
 		out = append(out, t)
 	}
