@@ -257,6 +257,17 @@ func (f *sdkFloor) measure(ctx context.Context, ratio float64, conc, n int) erro
 		// The start span, then each next span a child of the previous one
 		// through a carrier, as a record's headers carry it.
 		c, span := tr.Start(ctx, "saga start", trace.WithSpanKind(trace.SpanKindProducer))
+		if !span.IsRecording() {
+			// A saga the sampler left out: as in the framework, no other
+			// span, only its context (sampled out) carried over each hop.
+			span.End()
+			for range spans - 1 {
+				carrier := propagation.MapCarrier{}
+				prop.Inject(c, carrier)
+				c = prop.Extract(ctx, carrier)
+			}
+			return
+		}
 		for s := 1; s <= spans; s++ {
 			attrs = append(append(attrs[:0], base...), id)
 			span.SetAttributes(attrs...)
