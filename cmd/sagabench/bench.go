@@ -31,7 +31,7 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 		Kafka: o.kafka, Cassandra: o.cassandra, LoadStart: loadAvg(), Started: time.Now().UTC(), Rounds: o.rounds,
 	}
 	if o.noFloor {
-		rep.Rounds = 1
+		rep.Rounds, rep.NoFloor = 1, true
 	}
 	progress := func(format string, args ...any) {
 		if !o.quiet {

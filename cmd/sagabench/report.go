@@ -16,6 +16,7 @@ type report struct {
 	Sagas      int           `json:"sagas_per_cell"`
 	Warmup     int           `json:"warmup_per_cell"`
 	Rounds     int           `json:"rounds_per_cell"` // framework/floor rounds (1 with --no-floor)
+	NoFloor    bool          `json:"no_floor,omitempty"`
 	NumCPU     int           `json:"num_cpu"`
 	GOMAXPROCS int           `json:"gomaxprocs"`
 	Kafka      string        `json:"kafka,omitempty"`
@@ -138,11 +139,15 @@ func opt(v float64, prec int) string {
 }
 
 // notes explain the columns under the table, for cells of the given
-// number of framework/floor rounds.
-func notes(rounds int) []string {
+// number of framework/floor rounds, or measured without a floor.
+func notes(rounds int, noFloor bool) []string {
 	head := []string{"ratio = framework sagas/s / floor sagas/s (one round: the framework run, then the floor run), after a",
 		"first framework run that counts the statements and warms the services (a cell's first run is its slowest)."}
-	if rounds > 1 {
+	switch {
+	case noFloor:
+		head = []string{"No floor (--no-floor): a row is the framework's one run in the cell (its first); with --telemetry, the",
+			"median telemetry round's run without telemetry (after that first run)."}
+	case rounds > 1:
 		head = []string{
 			fmt.Sprintf("ratio = framework sagas/s / floor sagas/s, the median of %d rounds (a framework run and a floor run each, in", rounds),
 			"alternating order, the framework first in round 1); the framework and floor columns are the median round's. A first",
@@ -176,7 +181,7 @@ func (r *report) writeTable(w io.Writer) {
 			fmt.Fprintf(w, "%s: %s\n", c.Cell, c.Error)
 		}
 	}
-	for _, line := range notes(r.Rounds) {
+	for _, line := range notes(r.Rounds, r.NoFloor) {
 		fmt.Fprintln(w, line)
 	}
 	for _, c := range r.Cells {

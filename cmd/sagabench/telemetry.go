@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -112,7 +113,7 @@ func (*spanCounter) Shutdown(context.Context) error { return nil }
 // o.telemetryRounds pairs of runs, each on fresh topics, the order
 // alternating (without first in round 1, with first in round 2, ...) so that
 // a machine's drift does not count against one side; then the SDK's floor
-// (spanFloor) once. It sets res's telemetry figures: the median round's
+// (sdkFloor) once. It sets res's telemetry figures: the median round's
 // cost and measures, every round's cost, and the floor.
 func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix string, brokers []string, store eventstore.Store, cass *cassandra.Store,
 	logger *slog.Logger, res *cellResult, progress func(string, ...any)) error {
@@ -138,11 +139,11 @@ func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix stri
 	}
 	for i := range o.telemetryRounds {
 		var r round
-		tel, err := newBenchTelemetry(o.telemetry)
-		if err != nil {
-			return err
-		}
-		runTel := func() (err error) {
+		runTel := func() error {
+			tel, err := newBenchTelemetry(o.telemetry)
+			if err != nil {
+				return err
+			}
 			r.tel, err = run(i, tel)
 			cerr := tel.close()
 			if err == nil {
@@ -193,10 +194,15 @@ func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix stri
 	if err != nil {
 		return fmt.Errorf("telemetry floor: %w", err)
 	}
-	fl.Share = fl.CPUPerSaga / (boundCPU(med.plain) + fl.CPUPerSaga)
+	if d := boundCPU(med.plain) + fl.CPUPerSaga; d > 0 {
+		fl.Share = fl.CPUPerSaga / d
+	}
 	res.TelemetryFloor = fl
-	progress("%s: telemetry floor: the SDK's %.1f spans per traced saga (%.1f attributes each) alone cost %.3f cpu-ms/saga, %.1f%% of the throughput",
-		spec.Name, fl.SpansPerSaga, fl.AttrsPerSpan, fl.CPUPerSaga, 100*fl.Share)
+	progress("%s: telemetry floor: the SDK's %.1f spans per traced saga (%.1f attributes each) alone cost %.3f cpu-ms/saga, %.1f%% of the throughput (%d sagas, %d garbage collections)",
+		spec.Name, fl.SpansPerSaga, fl.AttrsPerSpan, fl.CPUPerSaga, 100*fl.Share, fl.Sagas, fl.GCCycles)
+	if fl.GCCycles < floorGCCycles {
+		progress("%s: telemetry floor: only %d garbage collections in %d sagas: its GC share is a guess", spec.Name, fl.GCCycles, fl.Sagas)
+	}
 	return nil
 }
 
@@ -220,18 +226,23 @@ type sdkFloor struct {
 	// CPUPerSaga is the loop's CPU time per saga, in milliseconds.
 	CPUPerSaga float64 `json:"cpu_ms_per_saga"`
 	// Sagas is how many the loop ran, GCCycles the garbage collections
-	// during it.
+	// during it (fewer than floorGCCycles only when it stopped at its
+	// limit of sagas), Spans and Roots the spans it exported and the root
+	// spans among them (the sagas the sampler kept).
 	Sagas    int    `json:"sagas"`
 	GCCycles uint64 `json:"gc_cycles"`
+	Spans    int64  `json:"spans"`
+	Roots    int64  `json:"root_spans"`
 	// Share is the fraction of a CPU-bound cell's throughput that CPU
-	// costs: CPUPerSaga / (the cell's CPU per saga without telemetry +
-	// CPUPerSaga).
+	// costs: CPUPerSaga / (boundCPU of the cell's run without telemetry
+	// + CPUPerSaga).
 	Share float64 `json:"throughput_share"`
 }
 
 // measure runs the spans of at least n sagas at concurrency conc, each
 // saga's root span sampled at ratio (the others follow it, as the
-// framework's parent-based sampler makes them), and sets f's CPU per saga.
+// framework's parent-based sampler makes them), and sets f's CPU per saga
+// and what the loop ran and exported.
 func (f *sdkFloor) measure(ctx context.Context, ratio float64, conc, n int) error {
 	tel, err := newBenchTelemetry(ratio)
 	if err != nil {
@@ -239,11 +250,16 @@ func (f *sdkFloor) measure(ctx context.Context, ratio float64, conc, n int) erro
 	}
 	tr := tel.tp.Tracer("sagabench/floor")
 	spans := max(int(math.Round(f.SpansPerSaga)), 1)
-	nattr := max(int(math.Round(f.AttrsPerSpan)), 1)
-	// The attributes a step span carries: a few strings and integers, one
-	// of them (the saga's id) different for every saga.
-	base := make([]attribute.KeyValue, 0, nattr)
-	for j := range nattr - 1 {
+	// The saga's attributes, as many in all as the framework's spans
+	// carried (8.6 a span: some spans get 8, some 9): a few strings and
+	// integers, and on each span the saga's id, different for every saga.
+	total := max(int(math.Round(f.AttrsPerSpan*float64(spans))), spans)
+	perSpan := make([]int, spans)
+	for s := range spans {
+		perSpan[s] = share(float64(total)/float64(spans), s)
+	}
+	base := make([]attribute.KeyValue, 0, slices.Max(perSpan))
+	for j := range cap(base) {
 		if j%3 == 2 {
 			base = append(base, attribute.Int(fmt.Sprintf("sagabench.floor.i%d", j), j))
 		} else {
@@ -252,8 +268,6 @@ func (f *sdkFloor) measure(ctx context.Context, ratio float64, conc, n int) erro
 	}
 	prop := propagation.TraceContext{}
 	saga := func(i int) {
-		attrs := make([]attribute.KeyValue, 0, nattr)
-		id := attribute.String("sagabench.floor.tx", fmt.Sprintf("tx-%d", i))
 		// The start span, then each next span a child of the previous one
 		// through a carrier, as a record's headers carry it.
 		c, span := tr.Start(ctx, "saga start", trace.WithSpanKind(trace.SpanKindProducer))
@@ -268,10 +282,12 @@ func (f *sdkFloor) measure(ctx context.Context, ratio float64, conc, n int) erro
 			}
 			return
 		}
-		for s := 1; s <= spans; s++ {
-			attrs = append(append(attrs[:0], base...), id)
+		attrs := make([]attribute.KeyValue, 0, cap(base))
+		id := attribute.String("sagabench.floor.tx", fmt.Sprintf("tx-%d", i))
+		for s := range spans {
+			attrs = append(append(attrs[:0], base[:perSpan[s]-1]...), id)
 			span.SetAttributes(attrs...)
-			if s == spans {
+			if s == spans-1 {
 				span.End()
 				break
 			}
@@ -284,14 +300,19 @@ func (f *sdkFloor) measure(ctx context.Context, ratio float64, conc, n int) erro
 	// At least n sagas, and on until the garbage collector has run
 	// floorGCCycles times (at most 50n sagas): a cycle's cost lands on the
 	// sagas around it, so a run of fewer cycles would charge one cycle, or
-	// none, to all of them.
-	var next atomic.Int64
+	// none, to all of them. The collections are counted every 64 sagas.
+	var next, ran atomic.Int64
+	var stop atomic.Bool
 	var wg sync.WaitGroup
 	gc0 := gcCycles()
 	limit := int64(50 * n)
 	more := func() (int, bool) {
+		if stop.Load() || ctx.Err() != nil {
+			return 0, false
+		}
 		i := next.Add(1)
-		if i > int64(n) && (i > limit || gcCycles()-gc0 >= floorGCCycles) {
+		if i > int64(n) && (i > limit || i%64 == 0 && gcCycles()-gc0 >= floorGCCycles) {
+			stop.Store(true)
 			return 0, false
 		}
 		return int(i), true
@@ -303,14 +324,18 @@ func (f *sdkFloor) measure(ctx context.Context, ratio float64, conc, n int) erro
 			defer wg.Done()
 			for i, ok := more(); ok; i, ok = more() {
 				saga(i)
+				ran.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	f.Sagas = int(min(next.Load()-int64(max(conc, 1)), limit))
-	f.GCCycles = gcCycles() - gc0
+	f.Sagas, f.GCCycles = int(ran.Load()), gcCycles()-gc0
 	cerr := tel.close() // the batch processor's last export counts too
 	f.CPUPerSaga = m.stop(make([]time.Duration, f.Sagas)).CPUPerSaga
+	f.Spans, f.Roots = tel.spans.spans.Load(), tel.spans.roots.Load()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return cerr
 }
 
