@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
 	"sort"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
@@ -270,7 +274,7 @@ func TestTelemetryCost(t *testing.T) {
 		math.Abs(c.TelemetryCost-(1-c.Telemetry.Rate/p.Rate)) > 1e-9 {
 		t.Errorf("run without telemetry %+v (row %+v): want the median round's, whose rate gives the cost %v", p, c.Framework, c.TelemetryCost)
 	}
-	// The SDK's floor: the saga's spans as the exporter counted them (the
+	// The SDK's floor: the saga's spans as they ended (the
 	// start, then per step the worker's and the reply's: 1+2*3), each with
 	// attributes, and their CPU as a share of the cell's.
 	// A redelivery could add a span to a saga, hence the margin.
@@ -281,7 +285,7 @@ func TestTelemetryCost(t *testing.T) {
 	}
 	// The floor's loop itself: every saga traced, with its 7 spans.
 	if f.Sagas < 40 || f.Roots != int64(f.Sagas) || f.Spans != 7*f.Roots {
-		t.Errorf("floor loop ran %d sagas and exported %d spans, %d of them roots: want every saga's 7", f.Sagas, f.Spans, f.Roots)
+		t.Errorf("floor loop ran %d sagas and ended %d spans, %d of them roots: want every saga's 7", f.Sagas, f.Spans, f.Roots)
 	}
 	var found bool
 	for _, tg := range r.Targets {
@@ -506,5 +510,25 @@ func TestTargetRoundsStraddle(t *testing.T) {
 	}
 	if r := cost.withRounds([]float64{0.0, 0.05, 0.1}, true); r.Straddles {
 		t.Errorf("cost rounds all within 10%% taken for straddling: %+v", r)
+	}
+}
+
+// The span counter counts every span that ends, the roots and the
+// attributes, also those the batch processor drops when its queue is full.
+func TestSpanCounterCountsWhatTheBatcherDrops(t *testing.T) {
+	c := &spanCounter{}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}, sdktrace.WithMaxQueueSize(1), sdktrace.WithBatchTimeout(time.Hour)),
+		sdktrace.WithSpanProcessor(c))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := tp.Tracer("test")
+	for range 500 {
+		ctx, root := tr.Start(context.Background(), "root")
+		_, child := tr.Start(ctx, "child")
+		child.SetAttributes(attribute.Int("a", 1), attribute.Int("b", 2))
+		child.End()
+		root.End()
+	}
+	if got := [3]int64{c.spans.Load(), c.roots.Load(), c.attrs.Load()}; got != [3]int64{1000, 500, 1000} {
+		t.Errorf("spans, roots, attributes = %v, want [1000 500 1000]", got)
 	}
 }

@@ -40,12 +40,12 @@ const maxTelemetryCost = 0.10
 // MeterProvider read by the Prometheus exporter. Spans go to an exporter
 // that drops them: the figure is the cost of instrumenting, not of a
 // network exporter (which runs off the hot path, in the batch processor's
-// goroutine). The exporter counts the spans and their attributes, for the
-// telemetry floor (sdkFloor).
+// goroutine). A second processor counts the spans and their attributes,
+// for the telemetry floor (sdkFloor).
 type benchTelemetry struct {
 	tp   *sdktrace.TracerProvider
 	prom *promexport.Exporter
-	// spans counts what the batch processor exported.
+	// spans counts the spans that ended.
 	spans *spanCounter
 	// ratio is the sampled fraction (0: metrics only, no tracer).
 	ratio float64
@@ -59,7 +59,7 @@ func newBenchTelemetry(ratio float64) (*benchTelemetry, error) {
 	}
 	spans := &spanCounter{}
 	return &benchTelemetry{
-		tp: sdktrace.NewTracerProvider(sdktrace.WithBatcher(spans), sdktrace.WithResource(res),
+		tp: sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}), sdktrace.WithSpanProcessor(spans), sdktrace.WithResource(res),
 			sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)))),
 		prom:  prom,
 		spans: spans,
@@ -88,26 +88,30 @@ func (t *benchTelemetry) close() error {
 	return errors.Join(t.tp.Shutdown(ctx), t.prom.Shutdown(ctx))
 }
 
-// spanCounter is a span exporter that drops what it is given, counting
-// the spans, the root spans among them (one per traced saga) and their
-// attributes.
+// spanCounter is a span processor that counts the spans that end, the root
+// spans among them (one per traced saga) and their attributes. It counts
+// as spans end, not as the batch processor exports them: that one drops
+// spans when its queue is full (as it would in a service), which would make
+// the counts depend on the machine's load.
 type spanCounter struct{ spans, roots, attrs atomic.Int64 }
 
-func (c *spanCounter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
-	var n, roots int
-	for _, s := range spans {
-		n += len(s.Attributes())
-		if !s.Parent().IsValid() {
-			roots++
-		}
+func (c *spanCounter) OnEnd(s sdktrace.ReadOnlySpan) {
+	c.spans.Add(1)
+	c.attrs.Add(int64(len(s.Attributes())))
+	if !s.Parent().IsValid() {
+		c.roots.Add(1)
 	}
-	c.spans.Add(int64(len(spans)))
-	c.roots.Add(int64(roots))
-	c.attrs.Add(int64(n))
-	return nil
 }
 
-func (*spanCounter) Shutdown(context.Context) error { return nil }
+func (*spanCounter) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (*spanCounter) Shutdown(context.Context) error                  { return nil }
+func (*spanCounter) ForceFlush(context.Context) error                { return nil }
+
+// discardSpans is a span exporter that drops what it is given.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
 
 // measureTelemetry runs spec's framework without and with telemetry on,
 // o.telemetryRounds pairs of runs, each on fresh topics, the order
@@ -227,7 +231,7 @@ type sdkFloor struct {
 	CPUPerSaga float64 `json:"cpu_ms_per_saga"`
 	// Sagas is how many the loop ran, GCCycles the garbage collections
 	// during it (fewer than floorGCCycles only when it stopped at its
-	// limit of sagas), Spans and Roots the spans it exported and the root
+	// limit of sagas), Spans and Roots the spans it ended and the root
 	// spans among them (the sagas the sampler kept).
 	Sagas    int    `json:"sagas"`
 	GCCycles uint64 `json:"gc_cycles"`
@@ -242,7 +246,7 @@ type sdkFloor struct {
 // measure runs the spans of at least n sagas at concurrency conc, each
 // saga's root span sampled at ratio (the others follow it, as the
 // framework's parent-based sampler makes them), and sets f's CPU per saga
-// and what the loop ran and exported.
+// and what the loop ran and ended.
 func (f *sdkFloor) measure(ctx context.Context, ratio float64, conc, n int) error {
 	tel, err := newBenchTelemetry(ratio)
 	if err != nil {
