@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -51,7 +50,7 @@ type otelState struct {
 	reg          metric.Registration
 	base         []attribute.KeyValue // service and domain
 	stepOpts     *telemetry.Options[stepKey, metric.RecordOption]
-	names        sync.Map // op -> span name
+	names        *telemetry.Memo[string, string] // op -> "<domain> <op>"
 	kafkaOpt     kgo.Opt
 }
 
@@ -62,6 +61,7 @@ func (o *Orchestrator[T]) initTelemetry() error {
 	o.tel.base = []attribute.KeyValue{telemetry.AttrService.String(o.service), telemetry.AttrDomain.String(o.domain.Name)}
 	if tp := o.cfg.tracerProvider; tp != nil {
 		o.tel.tracer = tp.Tracer(telemetry.ScopeName + "/orchestrator")
+		o.tel.names = telemetry.NewMemo(func(op string) string { return o.domain.Name + " " + op })
 	}
 	mp := o.cfg.meterProvider
 	if mp == nil {
@@ -184,14 +184,7 @@ func (o *Orchestrator[T]) startSpan(ctx context.Context, op string, opts []trace
 }
 
 // spanName is "<domain> <op>", made once per op.
-func (o *Orchestrator[T]) spanName(op string) string {
-	if n, ok := o.tel.names.Load(op); ok {
-		return n.(string)
-	}
-	n := o.domain.Name + " " + op
-	o.tel.names.Store(op, n)
-	return n
-}
+func (o *Orchestrator[T]) spanName(op string) string { return o.tel.names.Get(op) }
 
 // sagaSpan starts a span for op on tx when tracing is on: a child of the
 // saga's root span (tx.TraceParent), so that actions no message started

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -61,7 +60,7 @@ type otelState struct {
 	regs         []metric.Registration
 	service      attribute.KeyValue
 	stepOpts     *telemetry.Options[stepKey, metric.RecordOption]
-	names        sync.Map // nameKey -> span name
+	names        *telemetry.Memo[nameKey, string] // -> "<kind> <endpoint>"
 	kafkaOpt     kgo.Opt
 }
 
@@ -76,6 +75,7 @@ func (w *Worker) initTelemetry() error {
 	w.tel.service = telemetry.AttrService.String(w.service)
 	if tp := w.cfg.tracerProvider; tp != nil {
 		w.tel.tracer = tp.Tracer(telemetry.ScopeName + "/worker")
+		w.tel.names = telemetry.NewMemo(func(k nameKey) string { return string(k.kind) + " " + k.endpoint })
 		w.tel.spanBase = []attribute.KeyValue{
 			semconv.MessagingSystemKafka, semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName(w.topic),
 		}
@@ -201,13 +201,7 @@ func (w *Worker) startStep(ctx context.Context, cmd *topics.Envelope) (*stepCont
 
 // spanName is "<kind> <endpoint>", made once per pair.
 func (w *Worker) spanName(kind topics.Kind, endpoint string) string {
-	k := nameKey{kind, endpoint}
-	if n, ok := w.tel.names.Load(k); ok {
-		return n.(string)
-	}
-	n := string(kind) + " " + endpoint
-	w.tel.names.Store(k, n)
-	return n
+	return w.tel.names.Get(nameKey{kind, endpoint})
 }
 
 // consumerSpan is the start option of step spans, made once: building it

@@ -198,15 +198,9 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 	var done []cellRound
 	for i := range rounds {
 		var r cellRound
-		var err error
-		if i%2 == 0 {
-			if r.fw, _, err = runFramework(i); err == nil {
-				r.floor, err = runFloor(i)
-			}
-		} else if r.floor, err = runFloor(i); err == nil {
-			r.fw, _, err = runFramework(i)
-		}
-		if err != nil {
+		fw := func() (err error) { r.fw, _, err = runFramework(i); return err }
+		floor := func() (err error) { r.floor, err = runFloor(i); return err }
+		if err := inTurn(i, fw, floor); err != nil {
 			return err
 		}
 		r.ratio = ratioOf(r.fw, r.floor)
@@ -231,6 +225,19 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 		progress("%s: floor halves: Kafka hops alone %.1f sagas/s, statements alone %.1f sagas/s", spec.Name, hops.Rate, stmts.Rate)
 	}
 	return nil
+}
+
+// inTurn runs round i's two runs: a then b in rounds 0, 2, ..., b then a
+// in rounds 1, 3, ..., so that a machine's drift does not count against
+// whichever would always run first. It stops at the first error.
+func inTurn(i int, a, b func() error) error {
+	if i%2 == 1 {
+		a, b = b, a
+	}
+	if err := a(); err != nil {
+		return err
+	}
+	return b()
 }
 
 // cellRound is one round of a cell: a framework run and a floor run.

@@ -66,6 +66,16 @@ type cellResult struct {
 	Error   string     `json:"error,omitempty"`
 }
 
+// telemetryPlain is the run without telemetry that the cell's telemetry
+// cost compares with: the median telemetry round's (the row's framework
+// run when none was recorded).
+func (c *cellResult) telemetryPlain() measure {
+	if c.TelemetryPlain != nil {
+		return *c.TelemetryPlain
+	}
+	return c.Framework
+}
+
 func (r *report) writeJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -213,10 +223,7 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	for _, c := range r.Cells {
 		if t := c.Telemetry; t != nil {
-			plain := c.Framework
-			if c.TelemetryPlain != nil {
-				plain = *c.TelemetryPlain
-			}
+			plain := c.telemetryPlain()
 			rounds := make([]string, len(c.TelemetryCosts))
 			for i, v := range c.TelemetryCosts {
 				rounds[i] = num(100*v, 1) + "%"

@@ -165,14 +165,7 @@ func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix stri
 			}
 			return nil
 		}
-		first, second := runPlain, runTel
-		if i%2 == 1 {
-			first, second = runTel, runPlain
-		}
-		if err := first(); err != nil {
-			return err
-		}
-		if err := second(); err != nil {
+		if err := inTurn(i, runPlain, runTel); err != nil {
 			return err
 		}
 		r.cost = telemetryCost(r.plain, r.tel)
@@ -379,20 +372,16 @@ func telemetryTargets(cells []*cellResult) []target {
 		}
 		t = t.withRounds(c.TelemetryCosts, true)
 		if !t.Met {
-			plain := c.Framework
-			if c.TelemetryPlain != nil {
-				plain = *c.TelemetryPlain
-			}
-			t.Why = fmt.Sprintf("%s cpu-ms/saga with telemetry against %s without: the SDK's spans and instruments "+
-				"on a CPU-bound cell; sample fewer sagas (--telemetry 0.1) where the process is CPU-bound",
-				num(c.Telemetry.CPUPerSaga, 2), num(plain.CPUPerSaga, 2))
+			plain := c.telemetryPlain()
+			measured := fmt.Sprintf("%s cpu-ms/saga with telemetry against %s without", num(c.Telemetry.CPUPerSaga, 2), num(plain.CPUPerSaga, 2))
+			const sampleFewer = "sample fewer sagas (--telemetry 0.1) where the process is CPU-bound"
+			t.Why = measured + ": the SDK's spans and instruments on a CPU-bound cell; " + sampleFewer
 			if f := c.TelemetryFloor; f != nil && f.Share > maxTelemetryCost {
 				t.Why = fmt.Sprintf("out of reach at this sampling: the OpenTelemetry SDK alone, with no framework, "+
 					"costs %s cpu-ms per saga for its %s spans per traced saga (%s attributes each, the trace context carried from span to span), "+
-					"%s%% of the throughput of a cell bound by its %s cpu-ms per saga; the framework with telemetry took %s cpu-ms/saga "+
-					"against %s without; sample fewer sagas (--telemetry 0.1) where the process is CPU-bound",
+					"%s%% of the throughput of a cell bound by its %s cpu-ms per saga; the framework took %s; %s",
 					num(f.CPUPerSaga, 3), num(f.SpansPerSaga, 1), num(f.AttrsPerSpan, 1), num(100*f.Share, 1), num(boundCPU(plain), 2),
-					num(c.Telemetry.CPUPerSaga, 2), num(plain.CPUPerSaga, 2))
+					measured, sampleFewer)
 			}
 		}
 		out = append(out, t)
