@@ -39,6 +39,13 @@ type rig struct {
 	failShip   atomic.Bool
 	failRefund atomic.Bool
 	slowPay    atomic.Int64 // handler delay in ms
+	// chargeGate, set by holdChargesAfter before the workers start, holds
+	// every charge after the first chargesFree until releaseCharges (which
+	// a worker's stop calls once it has cancelled the worker).
+	chargeGate   chan struct{}
+	chargesFree  int64
+	chargesBegun atomic.Int64
+	releaseOnce  sync.Once
 	// retryChargeOnce fails every saga's first charge attempt retryably;
 	// retryCharge fails every charge attempt retryably.
 	retryChargeOnce atomic.Bool
@@ -168,6 +175,9 @@ func (r *rig) handler(name string) func(context.Context, *worker.Step, order) (o
 			s.Pause("REFUND_INITIATED", 0)
 			return in, nil
 		}
+		if name == "charge" && r.chargeGate != nil && r.chargesBegun.Add(1) > r.chargesFree {
+			<-r.chargeGate
+		}
 		if name == "charge" {
 			if d := r.slowPay.Load(); d > 0 {
 				time.Sleep(time.Duration(d) * time.Millisecond)
@@ -226,6 +236,7 @@ func (r *rig) startWorker(service string) (stop func()) {
 	stop = func() {
 		once.Do(func() {
 			cancel()
+			r.releaseCharges() // the held ones finish as the worker drains
 			if err := <-done; err != nil {
 				r.t.Errorf("worker %s Run: %v", service, err)
 			}
@@ -233,6 +244,21 @@ func (r *rig) startWorker(service string) (stop func()) {
 	}
 	r.t.Cleanup(stop)
 	return stop
+}
+
+// holdChargesAfter makes the charges after the first n wait until
+// releaseCharges: a restart test then stops a service while sagas are
+// certainly unfinished, however fast or slow the machine. Call it before
+// starting the workers.
+func (r *rig) holdChargesAfter(n int64) {
+	r.chargeGate, r.chargesFree = make(chan struct{}), n
+}
+
+// releaseCharges lets the held charges go (and every later one).
+func (r *rig) releaseCharges() {
+	if r.chargeGate != nil {
+		r.releaseOnce.Do(func() { close(r.chargeGate) })
+	}
 }
 
 func (r *rig) startOrchestrator(opts ...orchestrator.Option) (*orchestrator.Orchestrator[order], func()) {
@@ -343,11 +369,14 @@ func TestKafkaWorkerRestartLosesNoSaga(t *testing.T) {
 	onEachStore(t, func(t *testing.T, kind string) {
 		r := newRig(t, kind)
 		r.slowPay.Store(20)
+		r.holdChargesAfter(50)
 		r.startWorker(r.svcStock)
 		stopPay := r.startWorker(r.svcPay)
 		o, _ := r.startOrchestrator()
 		ids := startConcurrently(t, o, 200)
-		waitFor(t, time.Minute, "some charges", func() bool { return o.Stats().Replies >= 250 })
+		// 50 charges done and more held: the stop drains the held ones
+		// (at most the worker's concurrency), the rest wait for the restart.
+		waitFor(t, time.Minute, "a held charge", func() bool { return r.chargesBegun.Load() > 50 })
 		stopPay()
 		if n := o.Stats().Completed; n >= 200 {
 			t.Fatalf("all sagas completed before the restart; the test proves nothing")
@@ -361,15 +390,19 @@ func TestKafkaOrchestratorRestartResumes(t *testing.T) {
 	onEachStore(t, func(t *testing.T, kind string) {
 		r := newRig(t, kind)
 		r.slowPay.Store(20)
+		r.holdChargesAfter(50)
 		r.startWorker(r.svcStock)
 		r.startWorker(r.svcPay)
 		o1, stop := r.startOrchestrator()
 		ids := startConcurrently(t, o1, 200)
-		waitFor(t, time.Minute, "some replies", func() bool { return o1.Stats().Replies >= 250 })
+		// 50 charges done and more held until o1 has stopped: the rest of
+		// the sagas are left to o2.
+		waitFor(t, time.Minute, "a held charge", func() bool { return r.chargesBegun.Load() > 50 })
 		stop()
 		if n := o1.Stats().Completed; n >= 200 {
 			t.Fatalf("all sagas completed before the restart; the test proves nothing")
 		}
+		r.releaseCharges()
 		o2, _ := r.startOrchestrator()
 		expectAll(t, waitTerminal(t, o2, ids, 2*time.Minute), eventstore.StateCompleted)
 	})
