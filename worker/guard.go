@@ -21,6 +21,17 @@ type Guard interface {
 	Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error)
 }
 
+// overlappingGuard is a Guard that can record a run's outcome while the
+// worker sends its reply (writeprotect.Guard is one): ExecuteOverlapped is
+// Execute returning as soon as the step ran, with wait, which returns once
+// the outcome is recorded. The worker calls wait after sending the reply
+// and before the command is committed, so a step's critical path has the
+// record's write and the reply's produce side by side, not one after the
+// other.
+type overlappingGuard interface {
+	ExecuteOverlapped(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (reply *topics.Envelope, wait func(), err error)
+}
+
 // passThrough is the default Guard: it runs every command.
 type passThrough struct{}
 

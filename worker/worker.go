@@ -457,9 +457,8 @@ func (w *Worker) handle(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Recor
 	if w.tel.tracer != nil {
 		return w.handleTraced(hctx, pctx, cl, r, ep, cmd)
 	}
-	reply, err := w.cfg.guard.Execute(hctx, cmd, func(ctx context.Context) *topics.Envelope {
-		return w.execute(ctx, ep, cmd)
-	})
+	reply, wait, err := w.guarded(hctx, ep, cmd)
+	defer wait() // after the reply is sent: the command is committed once its outcome is recorded
 	if err != nil {
 		return fmt.Errorf("worker: guard: %w", err)
 	}
@@ -475,6 +474,20 @@ func (w *Worker) handle(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Recor
 	return w.deliver(pctx, cl, r, &outgoing{rec: rec})
 }
 
+// guarded runs cmd through the guard. wait returns once the guard has
+// recorded the outcome; it is a no-op unless the guard overlaps that with
+// the reply's sending (overlappingGuard).
+func (w *Worker) guarded(ctx context.Context, ep endpoint, cmd *topics.Envelope) (*topics.Envelope, func(), error) {
+	run := func(ctx context.Context) *topics.Envelope { return w.execute(ctx, ep, cmd) }
+	if g, ok := w.cfg.guard.(overlappingGuard); ok {
+		return g.ExecuteOverlapped(ctx, cmd, run)
+	}
+	reply, err := w.cfg.guard.Execute(ctx, cmd, run)
+	return reply, noWait, err
+}
+
+func noWait() {}
+
 // handleTraced is the end of handle when tracing is on: the delivery runs
 // in a span that is a child of the command's sender, the handler's context
 // holds it, and the reply carries it back.
@@ -483,9 +496,8 @@ func (w *Worker) handleTraced(hctx, pctx context.Context, cl *kgo.Client, r *kgo
 	hctx = sctx
 	var reply *topics.Envelope
 	defer func() { w.endStep(span, cmd, reply, sctx.ran, err) }()
-	reply, err = w.cfg.guard.Execute(hctx, cmd, func(ctx context.Context) *topics.Envelope {
-		return w.execute(ctx, ep, cmd)
-	})
+	reply, wait, err := w.guarded(hctx, ep, cmd)
+	defer wait() // before endStep: the step's span covers the record
 	if err != nil {
 		return fmt.Errorf("worker: guard: %w", err)
 	}

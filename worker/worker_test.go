@@ -777,3 +777,54 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// overlapGuard is a guard that overlaps recording with the reply's
+// sending: its wait holds until open is closed.
+type overlapGuard struct {
+	open       chan struct{}
+	overlapped atomic.Int32
+}
+
+func (g *overlapGuard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
+	panic("the worker called Execute on a guard that has ExecuteOverlapped")
+}
+
+func (g *overlapGuard) ExecuteOverlapped(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error) {
+	g.overlapped.Add(1)
+	return run(ctx), func() { <-g.open }, nil
+}
+
+// With a guard that has ExecuteOverlapped the reply is sent before the
+// outcome is recorded, and the command is not done (the next one of its
+// saga waits) until it is.
+func TestGuardOverlapsRecordWithReply(t *testing.T) {
+	e := newKfake(t)
+	g := &overlapGuard{open: make(chan struct{})}
+	w := e.newWorker(worker.WithGuard(g))
+	var runs atomic.Int32
+	if err := worker.Register(w, worker.Endpoint[Order]{
+		Name: "charge",
+		Process: func(_ context.Context, _ *worker.Step, o Order) (Order, error) {
+			runs.Add(1)
+			return o, nil
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.start(w)
+	e.send(e.cmd("tx-ov", "charge", 0, topics.KindProcess, Order{ID: "o"}), e.cmd("tx-ov", "charge", 1, topics.KindProcess, Order{ID: "o"}))
+	if rep := e.reply("tx-ov", 0, topics.KindProcess); rep.Outcome != topics.OutcomeOK {
+		t.Fatalf("reply = %+v", rep)
+	}
+	time.Sleep(50 * time.Millisecond) // a chance for the next command to run too early
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("%d runs while the first command's outcome is unrecorded, want 1 (the next command of its saga waits)", n)
+	}
+	close(g.open)
+	if rep := e.reply("tx-ov", 1, topics.KindProcess); rep.Outcome != topics.OutcomeOK {
+		t.Fatalf("second reply = %+v", rep)
+	}
+	if n := g.overlapped.Load(); n != 2 {
+		t.Fatalf("ExecuteOverlapped called %d times, want 2", n)
+	}
+}

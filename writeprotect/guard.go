@@ -166,6 +166,38 @@ func (g *Guard) Config() Config { return g.cfg }
 // STRICT lease is left to expire, as after a crash.
 func (g *Guard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
 	x := &execution{g: g, cmd: cmd, run: run, policy: g.cfg.Resolve(cmd.Domain)}
+	return x.execute(ctx)
+}
+
+// ExecuteOverlapped is Execute with the recording of a run's outcome
+// overlapped with the sending of its reply (the worker uses it when its
+// Guard has it). It returns as soon as the step ran, while the marker
+// write (RELAXED) or the lease's commit (STRICT) is still in flight, and
+// wait, which returns once that write is done (or failed: logged and
+// counted as by Execute). The caller sends the reply, then calls wait
+// (exactly once, whatever the outcome) before it commits the command: the
+// worker's offset never moves past a command whose outcome is unrecorded.
+//
+// What a crash can do is unchanged: a process that dies after the run and
+// before the write landed leaves no record, and a redelivery runs the step
+// again (with the same IdempotencyKey), as with Execute. A duplicate on
+// the same partition is not handed over before the original returns, so
+// it finds the record. Only the reply may now reach the orchestrator
+// before the record exists: a compensation of that step which another
+// instance runs within that moment finds the action's marker missing, and
+// compensates it as the command's ActionDone says (logged and counted in
+// Stats.MissingActionMarkers).
+func (g *Guard) ExecuteOverlapped(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error) {
+	x := &execution{g: g, cmd: cmd, run: run, policy: g.cfg.Resolve(cmd.Domain), overlap: true}
+	reply, err := x.execute(ctx)
+	if x.written == nil {
+		return reply, func() {}, err
+	}
+	return reply, func() { <-x.written }, err
+}
+
+func (x *execution) execute(ctx context.Context) (*topics.Envelope, error) {
+	g, cmd := x.g, x.cmd
 	if (eventstore.Scope{Region: cmd.Region, Cluster: cmd.Cluster, Service: cmd.Service}).Validate() != nil ||
 		cmd.TxID == "" || cmd.Endpoint == "" || (cmd.Kind != topics.KindProcess && cmd.Kind != topics.KindRevert) {
 		g.log.ErrorContext(ctx, "writeprotect: refusing a command without scope", "tx", cmd.TxID, "span", cmd.Span, "kind", cmd.Kind,
@@ -190,6 +222,10 @@ type execution struct {
 	cmd    *topics.Envelope
 	run    func(context.Context) *topics.Envelope
 	policy DomainConfig
+	// overlap: settle records the outcome in the background (see
+	// ExecuteOverlapped) and closes written when it is done.
+	overlap bool
+	written chan struct{}
 }
 
 func (x *execution) owner() string {
@@ -539,8 +575,8 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 		}
 		return reply
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
-	defer cancel()
+	// Encoded now, before the caller may change reply (a traced worker
+	// sets its Trace) while the write is in flight.
 	rec, err := encodeReply(x.cmd, reply)
 	if err != nil {
 		x.g.stats.commitFailures.Add(1)
@@ -551,6 +587,25 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 		return reply
 	}
 	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec, TTL: x.g.cfg.retention()}
+	retryable := reply.Outcome == topics.OutcomeRetryable
+	if !x.overlap {
+		x.record(ctx, m, leased, retryable)
+		return reply
+	}
+	x.written = make(chan struct{})
+	go func() {
+		defer close(x.written)
+		x.record(ctx, m, leased, retryable)
+	}()
+	return reply
+}
+
+// record writes m, the outcome of a run: commits the execution's lease
+// (leased, STRICT) or puts the marker (RELAXED).
+func (x *execution) record(ctx context.Context, m eventstore.Marker, leased, retryable bool) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
+	defer cancel()
+	var err error
 	if leased {
 		err = x.commit(ctx, cctx, m)
 	} else {
@@ -562,10 +617,9 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 		x.g.stats.commitFailures.Add(1)
 		x.g.log.ErrorContext(ctx, "writeprotect: step ran but its marker could not be committed; a redelivery may run it again",
 			x.logArgs("err", err)...)
-	case reply.Outcome == topics.OutcomeRetryable:
+	case retryable:
 		x.g.stats.retryables.Add(1)
 	}
-	return reply
 }
 
 // unlease releases the lease of a run that records nothing; a lease taken

@@ -192,7 +192,13 @@ func TestKillWorkerInHandler(t *testing.T) {
 	if waited < killLease-time.Second { // leases are whole seconds
 		t.Fatalf("the step ran again %v after the dead instance's lease was taken; the lease is %v", waited, killLease)
 	}
-	m, err := store.GetMarker(ctx, writeprotect.MarkerKeyFor(cmd))
+	// The worker sends the reply while the guard commits the lease
+	// (ExecuteOverlapped): the commit lands soon after the reply.
+	var m eventstore.Marker
+	waitUntil(t, 30*time.Second, "the surviving run's commit", func() bool {
+		m, err = store.GetMarker(ctx, writeprotect.MarkerKeyFor(cmd))
+		return err != nil || m.State != eventstore.MarkerLeased
+	})
 	if err != nil || m.State != eventstore.MarkerCommitted || !retained(m) {
 		t.Fatalf("marker after the run: %+v, %v; want a COMMITTED marker expiring after the retention", m, err)
 	}
