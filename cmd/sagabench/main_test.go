@@ -251,6 +251,25 @@ func TestTargetsExplainMisses(t *testing.T) {
 	if ratio := ts[1]; !ratio.Met || ratio.Got != 0.8 {
 		t.Errorf("ratio target: %+v", ratio)
 	}
+
+	// A latency goal the floor misses: out of reach; a framework faster
+	// than the floor is told what bounds it instead.
+	for _, fwMean := range []float64{35, 26} {
+		c1 := []*cellResult{{
+			Cell: "cassandra-relaxed-c1", Infra: "cassandra-relaxed", Concurrency: 1,
+			Framework:  measure{Sagas: 10, Rate: 1000 / fwMean, Mean: fwMean, P50: fwMean, CPUPerSaga: 9, BoxCPU: 40, KafkaCPUPerSaga: -1, CassandraCPUPerSaga: -1},
+			RoundTrips: &roundTrips{Total: 12, Reads: 3, Writes: 6, Batches: 3},
+			Floor:      &measure{Sagas: 10, Rate: 35, Mean: 28, P50: 27, CPUPerSaga: 8, KafkaCPUPerSaga: -1, CassandraCPUPerSaga: -1},
+			FloorKafka: &measure{Mean: 12}, FloorCQL: &measure{Mean: 18},
+			Ratio: 28 / fwMean,
+		}}
+		lat := checkTargets(c1)[0]
+		beats := strings.Contains(lat.Why, "beats it")
+		if lat.Met || lat.Floor != 28 || !strings.Contains(lat.Why, "out of reach") || !strings.Contains(lat.Why, "Kafka hops alone take 12.0 ms") ||
+			beats != (fwMean < 28) {
+			t.Errorf("framework mean %v: latency target %+v", fwMean, lat)
+		}
+	}
 }
 
 // --telemetry runs each cell's framework a second time with OpenTelemetry

@@ -196,6 +196,15 @@ func whyMissed(c *cellResult, g goal) string {
 				num(k.Rate, 1), num(c.RoundTrips.Total-c.RoundTrips.Other, 1), num(s.Rate, 1), bound)
 		}
 	}
+	if g.latency && c.Framework.Mean < fl.Mean {
+		// The floor issues a stage's statements, then its hop; the
+		// framework overlaps some of them with the hops, so it can beat
+		// the floor's latency, and then the floor is not what bounds it.
+		fmt.Fprintf(&b, "; the framework's %s ms mean beats it, since it overlaps statements with hops (a reply's produce with "+
+			"the step's marker write, the next command with the transition): what bounds it is the hops and the statements a saga "+
+			"must wait for (the watchdog and the create before the first command, a marker read before each handler, the final transition)",
+			num(c.Framework.Mean, 1))
+	}
 	if c.Framework.BoxCPU >= 0 {
 		fmt.Fprintf(&b, "; the machine's CPUs were %s%% busy during the framework run (brokers, database and this process share them)", num(c.Framework.BoxCPU, 0))
 	}
