@@ -475,10 +475,34 @@ type instanceGuard struct {
 	dead  atomic.Bool  // crashed
 }
 
-func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (reply *topics.Envelope, err error) {
+func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
+	reply, wait, err := g.execute(ctx, cmd, run, false)
+	wait()
+	return reply, err
+}
+
+// ExecuteOverlapped forwards to the inner guard's ExecuteOverlapped when
+// it has one (writeprotect.Guard), so that the harness runs the workers'
+// real path: the reply sent while the outcome's write is in flight.
+func (g *instanceGuard) ExecuteOverlapped(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error) {
+	return g.execute(ctx, cmd, run, true)
+}
+
+// overlapper is the inner guard's optional ExecuteOverlapped.
+type overlapper interface {
+	ExecuteOverlapped(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error)
+}
+
+func noWait() {}
+
+// execute runs cmd through the inner guard with the instance's faults;
+// wait is the inner guard's (a no-op unless overlapped), returned on every
+// path, the crashed ones included: the write it waits for is in flight.
+func (g *instanceGuard) execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope, overlapped bool) (reply *topics.Envelope, wait func(), err error) {
 	e := g.in.svc.env
+	wait = noWait
 	if g.dead.Load() {
-		return nil, errCrashed
+		return nil, wait, errCrashed
 	}
 	e.delivered(cmd)
 	if e.cfg.twins && e.twins.meet(ctx, g.in.svc.name+"\x00"+cmd.IdempotencyKey+"\x00"+strconv.Itoa(cmd.Attempt), g.in.idx) {
@@ -493,7 +517,14 @@ func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run f
 		}
 	}()
 	crashAfter := false
-	reply, err = g.inner.Execute(ctx, cmd, func(ctx context.Context) *topics.Envelope {
+	guarded := func(run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error) {
+		if o, ok := g.inner.(overlapper); ok && overlapped {
+			return o.ExecuteOverlapped(ctx, cmd, run)
+		}
+		r, err := g.inner.Execute(ctx, cmd, run)
+		return r, noWait, err
+	}
+	reply, wait, err = guarded(func(ctx context.Context) *topics.Envelope {
 		if g.dead.Load() {
 			panic(crashSignal{}) // crashed meanwhile: the handler never starts
 		}
@@ -517,7 +548,7 @@ func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run f
 		g.crash(&e.stats.crashesBeforeReply)
 	}
 	if g.dead.Load() {
-		return nil, errCrashed // the reply dies with the instance
+		return nil, wait, errCrashed // the reply dies with the instance
 	}
 	if err == nil && reply != nil {
 		// The worker sends the reply to cmd.ReplyTo after Execute returns.
@@ -525,7 +556,7 @@ func (g *instanceGuard) Execute(ctx context.Context, cmd *topics.Envelope, run f
 			cmd.ReplyTo = staging
 		}
 	}
-	return reply, err
+	return reply, wait, err
 }
 
 // crash marks the incarnation crashed, counts it in n and asks for its

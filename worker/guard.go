@@ -24,10 +24,10 @@ type Guard interface {
 // overlappingGuard is a Guard that can record a run's outcome while the
 // worker sends its reply (writeprotect.Guard is one): ExecuteOverlapped is
 // Execute returning as soon as the step ran, with wait, which returns once
-// the outcome is recorded. The worker calls wait after sending the reply
-// and before the command is committed, so a step's critical path has the
-// record's write and the reply's produce side by side, not one after the
-// other.
+// the outcome's write is done. The worker calls wait after sending the
+// reply and before the command is committed, so a step's critical path has
+// the record's write and the reply's produce side by side, not one after
+// the other. A worker in a share group calls Execute (see guarded).
 type overlappingGuard interface {
 	ExecuteOverlapped(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (reply *topics.Envelope, wait func(), err error)
 }

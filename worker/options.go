@@ -105,7 +105,12 @@ func WithoutProvision() Option {
 
 // WithGuard wraps every command's execution in g (the write-protection
 // layer), overriding the default, which runs the command as is. A nil g
-// makes New fail.
+// makes New fail. A g that also has ExecuteOverlapped (as
+// writeprotect.Guard) is called through that method in a consumer group:
+// it records the outcome while the worker sends the reply (see
+// writeprotect, "The record and the reply, side by side"). A type that
+// embeds *writeprotect.Guard to wrap Execute must wrap ExecuteOverlapped
+// too, or its Execute is bypassed.
 func WithGuard(g Guard) Option {
 	return option(func(c *config) { c.guard = g })
 }

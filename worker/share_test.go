@@ -244,3 +244,21 @@ func TestShareUnsupportedBrokerFailsAtStart(t *testing.T) {
 		t.Fatalf("Run: %v, want ErrShareGroupsUnsupported", err)
 	}
 }
+
+// A share group hands out records in no order, so its worker records a
+// step's outcome before it replies: it calls the guard's Execute, never
+// ExecuteOverlapped.
+func TestShareDoesNotOverlapRecordWithReply(t *testing.T) {
+	e := newRealKafka(t)
+	g := &overlapGuard{open: make(chan struct{})}
+	t.Cleanup(g.release)
+	w := shareWorker(e, worker.WithGuard(g))
+	e.start(w)
+	e.send(e.cmd("t-share-ov", "charge", 0, topics.KindProcess, Order{ID: "s", Amount: 1}))
+	if r := e.reply("t-share-ov", 0, topics.KindProcess); r.Outcome != topics.OutcomeOK {
+		t.Fatalf("reply %+v", r)
+	}
+	if o, x := g.overlapped.Load(), g.executes.Load(); o != 0 || x != 1 {
+		t.Fatalf("ExecuteOverlapped called %d times and Execute %d, want 0 and 1", o, x)
+	}
+}

@@ -477,9 +477,17 @@ func (w *Worker) handle(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Recor
 // guarded runs cmd through the guard. wait returns once the guard has
 // recorded the outcome; it is a no-op unless the guard overlaps that with
 // the reply's sending (overlappingGuard).
+//
+// A share group never overlaps: it hands out records in no order, so a
+// compensation of a step could reach another member while the command of
+// a member killed before its record landed waits out its acquisition
+// lock; the compensation would find no marker, and the command, coming
+// back later, would run the action after its compensation. In a consumer
+// group that command precedes the compensation on their partition (same
+// key), and the next owner replays it first.
 func (w *Worker) guarded(ctx context.Context, ep endpoint, cmd *topics.Envelope) (*topics.Envelope, func(), error) {
 	run := func(ctx context.Context) *topics.Envelope { return w.execute(ctx, ep, cmd) }
-	if g, ok := w.cfg.guard.(overlappingGuard); ok {
+	if g, ok := w.cfg.guard.(overlappingGuard); ok && w.cfg.groupType != topics.GroupShare {
 		return g.ExecuteOverlapped(ctx, cmd, run)
 	}
 	reply, err := w.cfg.guard.Execute(ctx, cmd, run)

@@ -83,19 +83,25 @@
 //
 // # The record and the reply, side by side
 //
-// The worker calls ExecuteOverlapped, not Execute: the guard starts the
-// outcome's write (RELAXED: the marker; STRICT: the commit LWT) and hands
-// the reply back at once, the worker produces the reply while the write
-// is in flight, and it commits the command only after both are done. A
-// step's critical path thus has one of the two round trips instead of
-// both. What a crash can do is unchanged: the command stays uncommitted until
-// the write is done, so a redelivery after a crash in between runs the
-// step again exactly as before, and a duplicate on the same partition is
-// handed to the worker only after the original returned, so it finds the
-// record. What changes is that the reply can reach the orchestrator
-// before the record exists: a compensation of that step run by another
-// instance in that moment finds no action marker and compensates on the
-// command's ActionDone (logged, counted in Stats.MissingActionMarkers).
+// A worker in a consumer group calls ExecuteOverlapped, not Execute: the
+// guard starts the outcome's write (RELAXED: the marker; STRICT: the commit
+// LWT) and hands the reply back at once, the worker produces the reply
+// while the write is in flight, and it commits the command only after both
+// are done. A step's critical path thus has one of the two round trips
+// instead of both. What a crash can do is unchanged: the command stays
+// uncommitted until the write is done, so a redelivery after a crash in
+// between runs the step again exactly as before; it precedes any later
+// command of the saga on its partition (compensations included), and
+// records of one key are handed to the worker one at a time, so a
+// duplicate finds the record. What changes is that the reply can reach
+// the orchestrator before the record exists: a RELAXED compensation of
+// that step run by another instance in that moment finds no action marker
+// and compensates on the command's ActionDone (logged, counted in
+// Stats.MissingActionMarkers); a STRICT one finds the live lease and waits
+// for its commit. A share group hands out records in no order, so its
+// workers call Execute; so does a guard with the terminal fence
+// (WithTerminalFence, for orchestrator.WithMarkerCleanup), whose saga's end
+// could otherwise delete the marker partition before the write lands.
 //
 // # The handler's deadline
 //

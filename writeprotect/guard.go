@@ -171,24 +171,29 @@ func (g *Guard) Execute(ctx context.Context, cmd *topics.Envelope, run func(cont
 
 // ExecuteOverlapped is Execute with the recording of a run's outcome
 // overlapped with the sending of its reply (the worker uses it when its
-// Guard has it). It returns as soon as the step ran, while the marker
-// write (RELAXED) or the lease's commit (STRICT) is still in flight, and
-// wait, which returns once that write is done (or failed: logged and
-// counted as by Execute). The caller sends the reply, then calls wait
-// (exactly once, whatever the outcome) before it commits the command: the
-// worker's offset never moves past a command whose outcome is unrecorded.
+// Guard has it, in a consumer group). It returns as soon as the step ran,
+// while the marker write (RELAXED) or the lease's commit (STRICT) is still
+// in flight, and wait, which returns once that write is done (or failed:
+// logged and counted as by Execute). The caller sends the reply, then calls
+// wait (whatever the outcome) before it commits the command: the worker's
+// offset never moves past a command whose outcome's write is in flight.
 //
-// What a crash can do is unchanged: a process that dies after the run and
-// before the write landed leaves no record, and a redelivery runs the step
-// again (with the same IdempotencyKey), as with Execute. A duplicate on
-// the same partition is not handed over before the original returns, so
-// it finds the record. Only the reply may now reach the orchestrator
-// before the record exists: a compensation of that step which another
-// instance runs within that moment finds the action's marker missing, and
-// compensates it as the command's ActionDone says (logged and counted in
-// Stats.MissingActionMarkers).
+// What a crash can do is unchanged in a consumer group: a process that
+// dies after the run and before the write landed leaves no record, and the
+// redelivery runs the step again (with the same IdempotencyKey), as with
+// Execute; that command precedes any later command of its saga on the
+// partition (they share the key), a compensation included, and records of
+// one key are handed over one at a time, so a duplicate finds the record.
+// What changes is that the reply can reach the orchestrator before the
+// record exists. A RELAXED compensation of that step run in that moment by
+// another instance finds no action marker and compensates on the command's
+// ActionDone (logged, counted in Stats.MissingActionMarkers); a STRICT one
+// finds the live lease and waits for its commit. With the terminal fence
+// (WithTerminalFence, for orchestrator.WithMarkerCleanup) the write is not
+// overlapped: the saga's end could delete the marker partition before it
+// lands, leaving a marker behind.
 func (g *Guard) ExecuteOverlapped(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error) {
-	x := &execution{g: g, cmd: cmd, run: run, policy: g.cfg.Resolve(cmd.Domain), overlap: true}
+	x := &execution{g: g, cmd: cmd, run: run, policy: g.cfg.Resolve(cmd.Domain), overlap: !g.opts.fence}
 	reply, err := x.execute(ctx)
 	if x.written == nil {
 		return reply, func() {}, err
@@ -260,7 +265,7 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 		if errors.Is(err, eventstore.ErrNotFound) {
 			if x.cmd.ActionDone {
 				x.g.stats.missingActions.Add(1)
-				x.g.log.WarnContext(ctx, "writeprotect: the action ran (its ok reply is known) but has no marker (its commit failed?): compensating it",
+				x.g.log.WarnContext(ctx, "writeprotect: the action ran (its ok reply is known) but has no marker (its commit failed, or has not landed yet): compensating it",
 					x.logArgs()...)
 				return nil, false, nil
 			}

@@ -60,7 +60,7 @@ func TestExecuteOverlapped(t *testing.T) {
 				rep, wait, err := g.ExecuteOverlapped(ctx, cmd, h.run(cmd))
 				got <- result{rep, wait, err}
 			}()
-			<-gs.entered // the write is in flight and held
+			recv(t, gs.entered, "the marker write") // in flight and held
 			var r result
 			select {
 			case r = <-got:
@@ -104,14 +104,52 @@ func TestExecuteOverlapped(t *testing.T) {
 			cmd2 := command(scope, "tx-sync", 0, topics.KindProcess)
 			done := make(chan struct{})
 			go func() { execute(t, g2, cmd2, h.run(cmd2)); close(done) }()
-			<-gs2.entered
+			recv(t, gs2.entered, "the synchronous marker write")
 			select {
 			case <-done:
 				t.Fatal("Execute returned while its marker write is held")
 			case <-time.After(50 * time.Millisecond):
 			}
 			close(gs2.open)
-			<-done
+			recv(t, done, "Execute's return")
 		})
+	}
+}
+
+// With the terminal fence (orchestrator.WithMarkerCleanup) the write is
+// not overlapped: ExecuteOverlapped returns after it.
+func TestExecuteOverlappedWithFenceWritesFirst(t *testing.T) {
+	b := memoryBackend(t)
+	gs := newGatedStore(b.store)
+	b.store = gs
+	g := b.guard(t, writeprotect.RelaxedWithDedup, writeprotect.WithTerminalFence())
+	var h handler
+	cmd := command(uniqueScope(t), "tx-fenced", 0, topics.KindProcess)
+	done := make(chan struct{})
+	go func() {
+		_, wait, err := g.ExecuteOverlapped(context.Background(), cmd, h.run(cmd))
+		if err != nil {
+			t.Error(err)
+		}
+		wait()
+		close(done)
+	}()
+	recv(t, gs.entered, "the marker write")
+	select {
+	case <-done:
+		t.Fatal("ExecuteOverlapped with the terminal fence returned while its marker write is held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gs.open)
+	recv(t, done, "ExecuteOverlapped's return")
+}
+
+// recv waits for a value on c, failing the test after a minute.
+func recv[T any](t *testing.T, c <-chan T, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(time.Minute):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }

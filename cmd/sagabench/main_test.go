@@ -264,7 +264,7 @@ func TestTargetsExplainMisses(t *testing.T) {
 			Ratio: 28 / fwMean,
 		}}
 		lat := checkTargets(c1)[0]
-		beats := strings.Contains(lat.Why, "beats it")
+		beats := strings.Contains(lat.Why, "is under it")
 		if lat.Met || lat.Floor != 28 || !strings.Contains(lat.Why, "out of reach") || !strings.Contains(lat.Why, "Kafka hops alone take 12.0 ms") ||
 			beats != (fwMean < 28) {
 			t.Errorf("framework mean %v: latency target %+v", fwMean, lat)

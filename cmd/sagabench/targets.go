@@ -200,10 +200,14 @@ func whyMissed(c *cellResult, g goal) string {
 		// The floor issues a stage's statements, then its hop; the
 		// framework overlaps some of them with the hops, so it can beat
 		// the floor's latency, and then the floor is not what bounds it.
-		fmt.Fprintf(&b, "; the framework's %s ms mean beats it, since it overlaps statements with hops (a reply's produce with "+
-			"the step's marker write, the next command with the transition): what bounds it is the hops and the statements a saga "+
-			"must wait for (the watchdog and the create before the first command, a marker read before each handler, the final transition)",
-			num(c.Framework.Mean, 1))
+		before := "a marker read"
+		if strings.HasSuffix(c.Infra, "-strict") {
+			before = "the lease's LWT"
+		}
+		fmt.Fprintf(&b, "; the framework's %s ms mean is under it: it overlaps statements with hops (a reply's produce with "+
+			"the step's record, the next command with the transition), so what bounds it is the hops and the statements a saga "+
+			"must wait for (the watchdog and the create before the first command, %s before each handler, the final transition)",
+			num(c.Framework.Mean, 1), before)
 	}
 	if c.Framework.BoxCPU >= 0 {
 		fmt.Fprintf(&b, "; the machine's CPUs were %s%% busy during the framework run (brokers, database and this process share them)", num(c.Framework.BoxCPU, 0))
