@@ -678,16 +678,7 @@ func TestGuard(t *testing.T) {
 	g := &recordingGuard{replies: map[string]*topics.Envelope{}, refused: map[string]bool{}}
 	w := e.newWorker(worker.WithGuard(g))
 	var runs atomic.Int32
-	if err := worker.Register(w, worker.Endpoint[Order]{
-		Name: "charge",
-		Process: func(_ context.Context, _ *worker.Step, o Order) (Order, error) {
-			runs.Add(1)
-			o.Charged = true
-			return o, nil
-		},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	registerCharge(t, w, func(o Order) Order { runs.Add(1); o.Charged = true; return o })
 	e.start(w)
 	c := e.cmd("tx-guard", "charge", 0, topics.KindProcess, Order{ID: "g"})
 	e.send(c, c) // a duplicate delivery
@@ -807,15 +798,7 @@ func TestGuardOverlapsRecordWithReply(t *testing.T) {
 	g := &overlapGuard{open: make(chan struct{})}
 	w := e.newWorker(worker.WithGuard(g))
 	var runs atomic.Int32
-	if err := worker.Register(w, worker.Endpoint[Order]{
-		Name: "charge",
-		Process: func(_ context.Context, _ *worker.Step, o Order) (Order, error) {
-			runs.Add(1)
-			return o, nil
-		},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	registerCharge(t, w, func(o Order) Order { runs.Add(1); return o })
 	e.start(w)
 	t.Cleanup(g.release) // before the worker's stop (cleanups run last first): a failed assertion must not hang it
 	e.send(e.cmd("tx-ov", "charge", 0, topics.KindProcess, Order{ID: "o"}), e.cmd("tx-ov", "charge", 1, topics.KindProcess, Order{ID: "o"}))
@@ -832,5 +815,16 @@ func TestGuardOverlapsRecordWithReply(t *testing.T) {
 	}
 	if o, x := g.overlapped.Load(), g.executes.Load(); o != 2 || x != 0 {
 		t.Fatalf("ExecuteOverlapped called %d times and Execute %d, want 2 and 0", o, x)
+	}
+}
+
+// registerCharge registers a "charge" endpoint whose process step is f.
+func registerCharge(t *testing.T, w *worker.Worker, f func(Order) Order) {
+	t.Helper()
+	if err := worker.Register(w, worker.Endpoint[Order]{
+		Name:    "charge",
+		Process: func(_ context.Context, _ *worker.Step, o Order) (Order, error) { return f(o), nil },
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -104,14 +104,7 @@ func TestExecuteOverlapped(t *testing.T) {
 			cmd2 := command(scope, "tx-sync", 0, topics.KindProcess)
 			done := make(chan struct{})
 			go func() { execute(t, g2, cmd2, h.run(cmd2)); close(done) }()
-			recv(t, gs2.entered, "the synchronous marker write")
-			select {
-			case <-done:
-				t.Fatal("Execute returned while its marker write is held")
-			case <-time.After(50 * time.Millisecond):
-			}
-			close(gs2.open)
-			recv(t, done, "Execute's return")
+			gs2.returnsAfterWrite(t, done, "Execute")
 		})
 	}
 }
@@ -134,14 +127,22 @@ func TestExecuteOverlappedWithFenceWritesFirst(t *testing.T) {
 		wait()
 		close(done)
 	}()
-	recv(t, gs.entered, "the marker write")
+	gs.returnsAfterWrite(t, done, "ExecuteOverlapped with the terminal fence")
+}
+
+// returnsAfterWrite checks that what closes done (a call named who) does
+// not return while g holds its marker write, and returns once g lets the
+// write through.
+func (g *gatedStore) returnsAfterWrite(t *testing.T, done <-chan struct{}, who string) {
+	t.Helper()
+	recv(t, g.entered, who+"'s marker write")
 	select {
 	case <-done:
-		t.Fatal("ExecuteOverlapped with the terminal fence returned while its marker write is held")
+		t.Fatalf("%s returned while its marker write is held", who)
 	case <-time.After(50 * time.Millisecond):
 	}
-	close(gs.open)
-	recv(t, done, "ExecuteOverlapped's return")
+	close(g.open)
+	recv(t, done, who+"'s return")
 }
 
 // recv waits for a value on c, failing the test after a minute.
