@@ -498,9 +498,12 @@ func TestWriteProtectionRelaxed(t *testing.T) {
 // compensation's action: COMPENSATED_EMPTY), and it expires after the
 // guards' retention (DefaultMarkerRetention): markers must not stay
 // forever. Unless everyStep, a step may lack its marker (its commit
-// failed).
+// failed). It first settles the env: a worker writes a step's marker while
+// it sends the reply (writeprotect.Guard.ExecuteOverlapped), so a saga can
+// end before its last marker lands; the command is committed after it.
 func checkMarkers(t *testing.T, env *sagatest.Env, o *orchestrator.Orchestrator[Order], want map[string]eventstore.State, everyStep bool) {
 	t.Helper()
+	env.Settle()
 	retention := writeprotect.DefaultMarkerRetention
 	exp := expected(want)
 	bad := 0
