@@ -408,9 +408,12 @@ func testCommitMarker(t *testing.T, e *env) {
 	const tx = "tx-commit"
 	k := markerKey(e.scope, tx, 1, "process", "worker:payment-service")
 	other := markerKey(e.scope, tx, 2, "process", "worker:payment-service")
+	// The leases live 5s: on a loaded CI box with Cassandra the four LWTs
+	// between the inserts and the owner's commit took over a second.
+	const lease = 5 * time.Second
 	e.advanceToFraction(0)
 	for _, key := range []eventstore.MarkerKey{k, other} {
-		applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: key, State: eventstore.MarkerLeased, Owner: "pod-a#1"}, time.Second)
+		applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: key, State: eventstore.MarkerLeased, Owner: "pod-a#1"}, lease)
 		must(t, err, "InsertMarker")
 		if !applied {
 			t.Fatal("InsertMarker not applied")
@@ -462,7 +465,7 @@ func testCommitMarker(t *testing.T, e *env) {
 
 	// Past the lease's TTL the commit is still there (its own TTL), the
 	// other lease is gone and can no longer be committed.
-	e.advance(1500 * time.Millisecond)
+	e.advance(lease + 500*time.Millisecond)
 	e.eventually(t, "the uncommitted lease expired", 500*time.Millisecond, func() bool {
 		_, err := e.store.GetMarker(ctx, other)
 		if err != nil && !errors.Is(err, eventstore.ErrNotFound) {
