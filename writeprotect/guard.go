@@ -178,20 +178,10 @@ func (g *Guard) Execute(ctx context.Context, cmd *topics.Envelope, run func(cont
 // wait (whatever the outcome) before it commits the command: the worker's
 // offset never moves past a command whose outcome's write is in flight.
 //
-// What a crash can do is unchanged in a consumer group: a process that
-// dies after the run and before the write landed leaves no record, and the
-// redelivery runs the step again (with the same IdempotencyKey), as with
-// Execute; that command precedes any later command of its saga on the
-// partition (they share the key), a compensation included, and records of
-// one key are handed over one at a time, so a duplicate finds the record.
-// What changes is that the reply can reach the orchestrator before the
-// record exists. A RELAXED compensation of that step run in that moment by
-// another instance finds no action marker and compensates on the command's
-// ActionDone (logged, counted in Stats.MissingActionMarkers); a STRICT one
-// finds the live lease and waits for its commit. With the terminal fence
-// (WithTerminalFence, for orchestrator.WithMarkerCleanup) the write is not
-// overlapped: the saga's end could delete the marker partition before it
-// lands, leaving a marker behind.
+// What a crash can do, and the one thing that changes (a reply may reach
+// the orchestrator before its record exists), are in the package
+// documentation, "The record and the reply, side by side". With the
+// terminal fence (WithTerminalFence) the write is not overlapped.
 func (g *Guard) ExecuteOverlapped(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error) {
 	x := &execution{g: g, cmd: cmd, run: run, policy: g.cfg.Resolve(cmd.Domain), overlap: !g.opts.fence}
 	reply, err := x.execute(ctx)
