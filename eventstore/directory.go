@@ -24,6 +24,13 @@ type RecoveryPath struct {
 	Bucket int
 }
 
+// Equal reports whether p and q name the same row partition: the same
+// calendar day (UTC), window, instance and bucket.
+func (p RecoveryPath) Equal(q RecoveryPath) bool {
+	return DayOf(p.Day).Equal(DayOf(q.Day)) && p.MinuteOfDay == q.MinuteOfDay &&
+		p.InstanceID == q.InstanceID && p.Bucket == q.Bucket
+}
+
 // Restore reports whether p is a restore (watchdog) bucket: odd buckets are
 // restore, even buckets retry.
 func (p RecoveryPath) Restore() bool { return p.Bucket%2 == 1 }

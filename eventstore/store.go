@@ -247,6 +247,26 @@ type StateReader interface {
 	TransactionState(ctx context.Context, scope Scope, txID string) (State, error)
 }
 
+// WatchedCreator is an optional part of a Store: creating a saga and
+// writing its restore watchdog (the tier-5 row of the recovery directory
+// that tx.RestorePath names) in one statement, where the store can.
+// Without it a saga's start costs two round trips in a row: the watchdog
+// first, so that no saga row is ever left without one, then the create.
+// Both stores of this module implement it (the Cassandra store with one
+// unlogged batch); the orchestrator uses it when the watchdog's bucket
+// already has its tiers 1-4 keys (recovery.Writer.RegisterRestoreVia) and
+// falls back to the two writes otherwise. The conformance suite checks it
+// on stores that have it.
+type WatchedCreator interface {
+	// CreateTransactionWatched is CreateTransaction plus PutRecoveryEntry
+	// of watchdog, written together. watchdog must be a restore row (odd
+	// bucket) of tx.TxID at tx.RestorePath (ValidateWatched); otherwise
+	// it fails with ErrInvalid and writes nothing. On any other error
+	// either write may have landed: a caller that wants the saga never to
+	// exist without its watchdog writes the watchdog again alone.
+	CreateTransactionWatched(ctx context.Context, tx Transaction, first *Tryout, watchdog RecoveryEntry) error
+}
+
 // FrozenTransaction is a row of es_frozen_transaction.
 type FrozenTransaction struct {
 	Transaction

@@ -42,6 +42,28 @@ func (tx Transaction) Validate() error {
 	return nil
 }
 
+// ValidateWatched checks the arguments of
+// WatchedCreator.CreateTransactionWatched: tx (Transaction.Validate), a
+// restore row watchdog (RecoveryEntry.Validate, odd bucket) of tx.TxID, and
+// tx.RestorePath naming watchdog's path.
+func ValidateWatched(tx Transaction, watchdog RecoveryEntry) error {
+	if err := tx.Validate(); err != nil {
+		return err
+	}
+	if err := watchdog.Validate(); err != nil {
+		return fmt.Errorf("%w (watchdog)", err)
+	}
+	switch {
+	case watchdog.TxID != tx.TxID:
+		return fmt.Errorf("%w: watchdog of transaction %q written with %q", ErrInvalid, watchdog.TxID, tx.TxID)
+	case !watchdog.Restore():
+		return fmt.Errorf("%w: watchdog in retry bucket %d (restore buckets are odd)", ErrInvalid, watchdog.Bucket)
+	case tx.RestorePath == nil || !tx.RestorePath.Equal(watchdog.RecoveryPath):
+		return fmt.Errorf("%w: the transaction's restore path does not name its watchdog", ErrInvalid)
+	}
+	return nil
+}
+
 // ValidateFor checks that t may be written for transaction txID: its TxID
 // is empty (it then takes txID) or equal to txID. A nil t (no tryout) is
 // valid.

@@ -526,18 +526,13 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 			span.SetAttributes(telemetry.AttrDomain.String(o.domain.Name), telemetry.AttrTxID.String(txID), telemetry.AttrSagaState.String(string(tx.State)))
 		}
 	}
-	if d.kind == decideSend && o.rec != nil {
-		// The watchdog exists before the saga can be stranded: if this
-		// process dies anywhere after the create, a retry node finds it.
-		path, err := o.rec.RegisterRestore(ctx, o.scope, txID, o.domain.Name)
-		if err != nil {
-			return "", fmt.Errorf("orchestrator: register restore watchdog: %w", err)
-		}
-		tx.RestorePath = &path
-	}
 	// No lock: the saga is persisted before its first command exists, so
 	// no reply can race with this.
-	if err := o.store.CreateTransaction(ctx, tx, nil); err != nil {
+	if d.kind == decideSend && o.rec != nil {
+		if err := o.createWatched(ctx, &tx); err != nil {
+			return "", err
+		}
+	} else if err := o.store.CreateTransaction(ctx, tx, nil); err != nil {
 		return "", fmt.Errorf("orchestrator: create saga: %w", err)
 	}
 	o.cache.put(&tx)
@@ -554,6 +549,60 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 		return txID, o.parkUnsent(ctx, &tx, err)
 	}
 	return txID, nil
+}
+
+// createWatched creates saga tx with its restore watchdog, which must
+// exist before the saga can be stranded: if this process dies anywhere
+// after the create, a retry node finds it. Where the store has
+// eventstore.WatchedCreator and the watchdog's bucket has its directory
+// keys (all but the first saga of a bucket), both are one statement;
+// otherwise the watchdog is written first, then the saga.
+func (o *Orchestrator[T]) createWatched(ctx context.Context, tx *eventstore.Transaction) error {
+	var write func(context.Context, eventstore.RecoveryEntry) error
+	if wc, ok := o.store.(eventstore.WatchedCreator); ok {
+		write = func(ctx context.Context, e eventstore.RecoveryEntry) error {
+			tx.RestorePath = &e.RecoveryPath
+			err := wc.CreateTransactionWatched(ctx, *tx, nil, e)
+			if err != nil {
+				o.keepWatchdog(ctx, e, err)
+			}
+			return err
+		}
+	}
+	path, via, err := o.rec.RegisterRestoreVia(ctx, o.scope, tx.TxID, o.domain.Name, write)
+	switch {
+	case via && errors.Is(err, recovery.ErrLate):
+		// The saga and its watchdog are written, only late for a retry
+		// node that may have read the window already: go on and send the
+		// step (the warning names the saga).
+		o.logger().Warn("orchestrator: restore watchdog registered late; the saga goes on, but a crash before its end may not be restored", "tx", tx.TxID, "err", err)
+		return nil
+	case via && err != nil:
+		tx.RestorePath = nil
+		return fmt.Errorf("orchestrator: create saga: %w", err)
+	case via:
+		return nil
+	case err != nil:
+		return fmt.Errorf("orchestrator: register restore watchdog: %w", err)
+	}
+	tx.RestorePath = &path
+	if err := o.store.CreateTransaction(ctx, *tx, nil); err != nil {
+		return fmt.Errorf("orchestrator: create saga: %w", err)
+	}
+	return nil
+}
+
+// keepWatchdog writes the watchdog e alone after the statement that
+// created its saga with it failed (cause): that statement may have landed
+// in part, and a saga row must never be left without its watchdog. A
+// watchdog without a saga only costs a pickup that finds nothing.
+func (o *Orchestrator[T]) keepWatchdog(ctx context.Context, e eventstore.RecoveryEntry, cause error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := o.store.PutRecoveryEntry(wctx, o.scope, e); err != nil {
+		o.logger().Error("orchestrator: saga create failed and its restore watchdog could not be written alone: if the create landed, the saga has no watchdog",
+			"tx", e.TxID, "err", cause, "watchdog_err", err)
+	}
 }
 
 // parkUnsent handles a command that could not be published after its saga

@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -371,5 +372,76 @@ func TestRecoveryLifetimeDisables(t *testing.T) {
 		if st := o.Stats(); st.Disabled != int64(len(ids)) {
 			t.Errorf("Disabled = %d, want %d", st.Disabled, len(ids))
 		}
+	})
+}
+
+// partialStore fails every CreateTransactionWatched after writing the saga
+// row alone: a batch whose coordinator died midway, leaving the saga
+// without its watchdog.
+type partialStore struct {
+	eventstore.Store
+	mu     sync.Mutex
+	failed []string // the sagas written in part
+}
+
+func (s *partialStore) CreateTransactionWatched(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout, _ eventstore.RecoveryEntry) error {
+	if err := s.Store.CreateTransaction(ctx, tx, first); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.failed = append(s.failed, tx.TxID)
+	s.mu.Unlock()
+	return errors.New("coordinator lost mid-batch")
+}
+
+// A saga start writes the watchdog with the create in one statement (all but
+// the first saga of a bucket). When that statement fails having written the
+// saga row alone, Start fails, and the orchestrator writes the watchdog
+// again by itself: the saga row is never left without one, and the retry
+// node restores it (to the end, here) like any saga that stalled after its
+// create.
+func TestRecoveryWatchdogOfAPartlyWrittenCreate(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		ps := &partialStore{Store: r.store}
+		o, err := orchestrator.New("orders", r.sagaDomain(), orchestrator.WithBrokers(r.brokers...), orchestrator.WithStore(ps),
+			orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		runOrch(t, o)
+		first, err := o.Start(t.Context(), order{ID: "first"})
+		if err != nil {
+			t.Fatalf("the first saga of a bucket (watchdog written with the bucket's keys, then the create): %v", err)
+		}
+		if _, err := o.Start(t.Context(), order{ID: "second"}); err == nil || !strings.Contains(err.Error(), "coordinator lost mid-batch") {
+			t.Fatalf("Start over a partly written create: %v, want its error", err)
+		}
+		ps.mu.Lock()
+		failed := append([]string(nil), ps.failed...)
+		ps.mu.Unlock()
+		if len(failed) != 1 {
+			t.Fatalf("partly written creates %v, want the second saga's", failed)
+		}
+		tx, err := r.store.LoadTransaction(t.Context(), o.Scope(), failed[0])
+		if err != nil || tx.RestorePath == nil {
+			t.Fatalf("the partly written saga %+v, %v: want its row with a restore path", tx, err)
+		}
+		rows, err := r.store.ListRecoveryEntries(t.Context(), tx.Scope, *tx.RestorePath, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, e := range rows {
+			found = found || e.TxID == tx.TxID
+		}
+		if !found {
+			t.Fatalf("watchdog bucket %+v holds %+v: the partly written saga has no watchdog", *tx.RestorePath, rows)
+		}
+		expectAll(t, scanUntil(t, o, clock, 2*time.Minute, []string{first, tx.TxID}), eventstore.StateCompleted)
+		assertDirectoryDrained(t, r.store, o, clock)
 	})
 }

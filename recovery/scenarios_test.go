@@ -17,6 +17,7 @@ var scenarios = []scenario{
 	{"BucketRollover", testBucketRollover},
 	{"ConcurrentRegistrations", testConcurrentRegistrations},
 	{"LateRegistrationIsWrittenAgain", testLateRegistration},
+	{"RegisterRestoreVia", testRegisterRestoreVia},
 	{"UnregisterDeletesTheWatchdog", testUnregister},
 	{"ScanRedrivesEachEntryOnceAndEmptiesSealedWindows", testScanOnce},
 	{"UnsealedWindowsAreNotTouched", testUnsealed},
@@ -188,6 +189,87 @@ func testLateRegistration(t *testing.T, e *env) {
 		t.Fatalf("result %+v", res)
 	}
 	s.check(t, 2, "slow")
+}
+
+// RegisterRestoreVia: the first watchdog of a bucket is written by the
+// writer with its directory keys; later ones go through the caller's write
+// (here the store's CreateTransactionWatched, as the orchestrator does),
+// in the same buckets and counted the same. A failing write is returned
+// and writes nothing; a late one is registered again in a later window
+// while the first path is returned.
+func testRegisterRestoreVia(t *testing.T, e *env) {
+	e.cfg.BucketSize = 3
+	e.cfg.Restore.DefaultDelayWindows = 1
+	w := e.writer()
+	wc := e.store.(eventstore.WatchedCreator)
+	var during func()
+	create := func(txID string, fail error) (eventstore.RecoveryPath, bool, error) {
+		tx := eventstore.Transaction{Scope: e.scope, TxID: txID, Domain: "order-saga", State: eventstore.StateInProgress, Version: 1, CreatedAt: base, UpdatedAt: base}
+		return w.RegisterRestoreVia(t.Context(), e.scope, txID, "order-saga", func(ctx context.Context, en eventstore.RecoveryEntry) error {
+			if during != nil {
+				during()
+			}
+			if fail != nil {
+				return fail
+			}
+			tx.RestorePath = &en.RecoveryPath
+			return wc.CreateTransactionWatched(ctx, tx, nil, en)
+		})
+	}
+	win := MustWindows(e.cfg.Interval).RetryWindow(base, 1)
+	for i, want := range []struct {
+		bucket int
+		via    bool
+	}{{1, false}, {1, true}, {1, true}, {3, false}} {
+		id := ids("v", 4)[i]
+		p, via, err := create(id, nil)
+		if err != nil || via != want.via || p.Bucket != want.bucket || p.MinuteOfDay != win.Slot || p.InstanceID != w.InstanceID() {
+			t.Fatalf("%s: path %s, via %v, %v; want bucket %d of %v, via %v", id, fmtPath(p), via, err, want.bucket, win, want.via)
+		}
+		if via {
+			tx, err := e.store.LoadTransaction(t.Context(), e.scope, id)
+			if err != nil || tx.RestorePath == nil || !tx.RestorePath.Equal(p) {
+				t.Fatalf("%s: saga %+v, %v; want it written with restore path %s", id, tx, err, fmtPath(p))
+			}
+		}
+	}
+	if got, want := w.Stats(), (WriterStats{Registrations: 4, Batches: 2, Writes: 2}); got != want {
+		t.Errorf("writer stats %+v, want %+v", got, want)
+	}
+	boom := errors.New("boom")
+	if _, via, err := create("v-fails", boom); !via || !errors.Is(err, boom) {
+		t.Fatalf("failing write: via %v, %v; want via and boom", via, err)
+	}
+	if got := w.Stats().Registrations; got != 4 {
+		t.Errorf("%d registrations after a failed write, want 4", got)
+	}
+	var got []string
+	for _, b := range []int{1, 3} {
+		for _, en := range e.entries(win.Path(w.InstanceID(), b)) {
+			got = append(got, en.TxID)
+			if en.Status != StatusRestore || en.InstanceToken != w.InstanceToken() || en.Domain != "order-saga" {
+				t.Errorf("entry %+v", en)
+			}
+		}
+	}
+	if want := []string{"v-000", "v-001", "v-002", "v-003"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("watchdogs %v, want %v", got, want)
+	}
+
+	// A write that "takes" two windows completes late: the writer writes
+	// a second row forward, and the caller keeps the first path.
+	during = func() { during = nil; e.windows(2) }
+	p, via, err := create("v-late", nil)
+	if err != nil || !via || p.MinuteOfDay != win.Slot {
+		t.Fatalf("late write: path %s, via %v, %v; want the first window's, via", fmtPath(p), via, err)
+	}
+	later := MustWindows(e.cfg.Interval).RetryWindow(e.clock.Now(), 1)
+	if rows := e.entries(later.Path(w.InstanceID(), 1)); len(rows) != 1 || rows[0].TxID != "v-late" {
+		t.Fatalf("rows of the later window %v: %+v, want v-late's", later, rows)
+	}
+	if st := w.Stats(); st.Late != 1 || st.Registrations != 6 {
+		t.Errorf("stats after the late write %+v, want 1 late of 6", st)
+	}
 }
 
 // A saga that ended deletes its watchdog by the path it stored.

@@ -157,7 +157,7 @@ func (w *Writer) RegisterRetry(ctx context.Context, scope eventstore.Scope, txID
 	if delayWindows < 1 {
 		delayWindows = w.cfg.RetryPolicy(domain, "").DelayWindows
 	}
-	return w.register(ctx, scope, txID, domain, 0, delayWindows)
+	return w.register(ctx, scope, txID, domain, 0, delayWindows, 1)
 }
 
 // RegisterRestore registers the restore watchdog of saga txID of domain in
@@ -165,7 +165,69 @@ func (w *Writer) RegisterRetry(ctx context.Context, scope eventstore.Scope, txID
 // its path, to be stored as the saga's RestorePath and passed to
 // Unregister when the saga reaches a terminal state.
 func (w *Writer) RegisterRestore(ctx context.Context, scope eventstore.Scope, txID, domain string) (eventstore.RecoveryPath, error) {
-	return w.register(ctx, scope, txID, domain, 1, w.cfg.RestoreDelay(domain))
+	return w.register(ctx, scope, txID, domain, 1, w.cfg.RestoreDelay(domain), 1)
+}
+
+// RegisterRestoreVia is RegisterRestore for a caller that writes the
+// watchdog row together with other writes: the orchestrator writes it in
+// one statement with the saga's create (eventstore.WatchedCreator). When
+// the row's bucket already has its tiers 1-4 keys, write is called with
+// the row and must write it; via is then true and write's error is
+// returned wrapped. Otherwise (the first registration of a bucket, or a nil
+// write) the writer writes the row itself, with the keys, as
+// RegisterRestore does, and write is not called: via is false, and the
+// caller writes the rest alone.
+//
+// A row that completed after its window started is registered again by the
+// writer alone, in a later window, as RegisterRestore does. With via false
+// the path returned is the last row written. With via true it stays the
+// row write put, which the caller stored with its own writes: the saga
+// ends by deleting that one, and a restore pickup of the later row finds
+// the saga finished and deletes it. If the writer's own attempts are late
+// too, the error wraps ErrLate; with via true the caller's writes have
+// landed nonetheless.
+func (w *Writer) RegisterRestoreVia(ctx context.Context, scope eventstore.Scope, txID, domain string, write func(context.Context, eventstore.RecoveryEntry) error) (path eventstore.RecoveryPath, via bool, err error) {
+	if write == nil {
+		path, err = w.RegisterRestore(ctx, scope, txID, domain)
+		return path, false, err
+	}
+	delay := w.delay(w.cfg.RestoreDelay(domain))
+	now := w.now()
+	target := w.ws.Add(w.ws.At(now), delay)
+	st := w.state(scope, target, now)
+	slot := st.counts[1].Add(1) - 1
+	bucket := 1 + 2*int(slot/int64(w.cfg.BucketSize))
+	e := eventstore.RecoveryEntry{
+		RecoveryPath: target.Path(w.id, bucket), TxID: txID, Domain: domain, Status: StatusRestore, InstanceToken: w.token,
+	}
+	b := st.bucket(bucket)
+	b.mu.Lock()
+	via = b.written
+	b.mu.Unlock()
+	if via {
+		err = write(ctx, e)
+	} else {
+		err = w.write(ctx, scope, b, e)
+	}
+	if err != nil {
+		return eventstore.RecoveryPath{}, via, fmt.Errorf("recovery: register restore %s in %v: %w", txID, target, err)
+	}
+	w.registrations.Add(1)
+	if via {
+		w.writes.Add(1)
+	}
+	if w.now().Before(target.Start) {
+		return e.RecoveryPath, via, nil
+	}
+	w.late.Add(1)
+	w.log.Warn("recovery: registration completed after its window started; registering again",
+		"tx", txID, "kind", "restore", "window", target.String())
+	if !via {
+		path, err = w.register(ctx, scope, txID, domain, 1, delay, 2)
+		return path, false, err
+	}
+	_, err = w.register(ctx, scope, txID, domain, 1, delay, 2)
+	return e.RecoveryPath, true, err
 }
 
 // Unregister deletes the row of txID at path (a restore watchdog when its
@@ -189,18 +251,26 @@ func (w *Writer) reregister(ctx context.Context, scope eventstore.Scope, e event
 		if delayWindows < 1 {
 			delayWindows = w.cfg.RestoreDelay(e.Domain)
 		}
-		return w.register(ctx, scope, e.TxID, e.Domain, 1, delayWindows)
+		return w.register(ctx, scope, e.TxID, e.Domain, 1, delayWindows, 1)
 	}
 	return w.RegisterRetry(ctx, scope, e.TxID, e.Domain, delayWindows)
 }
 
-func (w *Writer) register(ctx context.Context, scope eventstore.Scope, txID, domain string, parity, delay int) (eventstore.RecoveryPath, error) {
+// delay bounds a delay in windows to 1..MaxDelayWindows and MaxDelay.
+func (w *Writer) delay(windows int) int {
+	return min(max(windows, 1), MaxDelayWindows, int(MaxDelay/w.ws.Interval()))
+}
+
+// register writes a row of txID delay windows ahead, in a bucket of parity
+// (1: restore), again in a later window while the write completes late:
+// attempts first..lateAttempts.
+func (w *Writer) register(ctx context.Context, scope eventstore.Scope, txID, domain string, parity, delay, first int) (eventstore.RecoveryPath, error) {
 	kind, status := "retry", StatusRetry
 	if parity == 1 {
 		kind, status = "restore", StatusRestore
 	}
-	delay = min(max(delay, 1), MaxDelayWindows, int(MaxDelay/w.ws.Interval()))
-	for attempt := 1; ; attempt++ {
+	delay = w.delay(delay)
+	for attempt := first; ; attempt++ {
 		now := w.now()
 		target := w.ws.Add(w.ws.At(now), delay)
 		st := w.state(scope, target, now)

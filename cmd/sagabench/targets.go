@@ -206,7 +206,7 @@ func whyMissed(c *cellResult, g goal) string {
 		}
 		fmt.Fprintf(&b, "; the framework's %s ms mean is under it: it overlaps statements with hops (a reply's produce with "+
 			"the step's record, the next command with the transition), so what bounds it is the hops and the statements a saga "+
-			"must wait for (the watchdog and the create before the first command, %s before each handler, the final transition)",
+			"must wait for (the create, with its watchdog, before the first command, %s before each handler, the final transition)",
 			num(c.Framework.Mean, 1), before)
 	}
 	if c.Framework.BoxCPU >= 0 {

@@ -403,6 +403,33 @@ func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction
 	return nil
 }
 
+// CreateTransactionWatched creates tx (and its first tryout) and writes
+// its restore watchdog's tier-5 row in one unlogged batch
+// (eventstore.WatchedCreator): one round trip instead of two. The batch
+// spans two partitions (the saga's and the watchdog's bucket), so it is
+// atomic per partition only: if the coordinator fails midway, the saga row
+// may land without the watchdog, and the caller gets an error (the
+// orchestrator then writes the watchdog again alone). A logged batch would
+// close that gap at the price of a batch-log write and delete on every
+// saga start; the retry covers it for the cost of one statement on
+// failure only.
+func (s *Store) CreateTransactionWatched(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout, watchdog eventstore.RecoveryEntry) error {
+	if err := s.check(ctx, eventstore.ValidateWatched(tx, watchdog), first.ValidateFor(tx.TxID)); err != nil {
+		return err
+	}
+	ts := writeTimestamp(tx)
+	b := s.batch(gocql.UnloggedBatch)
+	addIdempotent(b, s.st.upsertEntry, s.entryValues(tx.Scope, watchdog)...)
+	addIdempotent(b, s.st.upsertTx, append(txValues(tx), ts)...)
+	if first != nil {
+		addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *first), ts)...)
+	}
+	if err := b.ExecContext(ctx); err != nil {
+		return s.fail("create watched transaction", err)
+	}
+	return nil
+}
+
 // writeTimestamp is the write time (microseconds) of every write of tx's
 // row and tryouts: its creation time plus its version. A write of an older
 // version therefore never overwrites a newer one, whatever the order in

@@ -76,6 +76,14 @@ func TestStatementCounts(t *testing.T) {
 			other.TxID = "tx-count-2"
 			return s.CreateTransaction(ctx, other, nil)
 		}, cassandra.Stats{Writes: 1, Tables: map[string]cassandra.TableStats{cassandra.TableTransaction: {Writes: 1}}}},
+		{"CreateTransactionWatched", func() error {
+			other := tx
+			other.TxID = "tx-count-3"
+			dog := eventstore.RecoveryEntry{RecoveryPath: eventstore.RecoveryPath{Day: time.Now(), MinuteOfDay: 1, InstanceID: "i", Bucket: 1}, TxID: other.TxID}
+			other.RestorePath = &dog.RecoveryPath
+			return s.CreateTransactionWatched(ctx, other, nil, dog)
+		}, cassandra.Stats{Batches: 1, Tables: map[string]cassandra.TableStats{
+			cassandra.TableTransaction: {Writes: 1, Batched: 1}, cassandra.TableRecoveryByInstance: {Writes: 1, Batched: 1}}}},
 		{"Transition with tryout", func() error {
 			tx.Version, tx.State = 2, eventstore.StateInProgress
 			return s.Transition(ctx, tx, &eventstore.Tryout{Index: 1, Outcome: "ok"})

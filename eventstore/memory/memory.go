@@ -141,6 +141,22 @@ func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction
 	if err := s.check(ctx, tx.Validate(), first.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
+	return s.create(tx, first, nil)
+}
+
+// CreateTransactionWatched creates tx and writes its restore watchdog
+// (eventstore.WatchedCreator) at once: the saga is never visible without
+// the watchdog. A taken id fails with ErrExists and writes neither.
+func (s *Store) CreateTransactionWatched(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout, watchdog eventstore.RecoveryEntry) error {
+	if err := s.check(ctx, eventstore.ValidateWatched(tx, watchdog), first.ValidateFor(tx.TxID)); err != nil {
+		return err
+	}
+	return s.create(tx, first, &watchdog)
+}
+
+// create inserts the saga row of tx, with its first tryout and watchdog
+// when not nil (the watchdog before the row becomes visible).
+func (s *Store) create(tx eventstore.Transaction, first *eventstore.Tryout, watchdog *eventstore.RecoveryEntry) error {
 	k := txKey{tx.Scope, tx.TxID}
 	sh := s.shard(tx.TxID)
 	rec := &txRec{tx: cloneTx(tx)}
@@ -151,6 +167,9 @@ func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction
 	defer sh.mu.Unlock()
 	if _, ok := sh.txs[k]; ok {
 		return fmt.Errorf("memory: transaction %q: %w", tx.TxID, eventstore.ErrExists)
+	}
+	if watchdog != nil {
+		s.dir.putEntry(tx.Scope, *watchdog)
 	}
 	sh.txs[k] = rec
 	return nil

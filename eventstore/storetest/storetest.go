@@ -100,6 +100,7 @@ var tests = []test{
 	{"CreateExisting", testCreateExisting},
 	{"LoadMissing", testLoadMissing},
 	{"TransactionState", testTransactionState},
+	{"CreateWatched", testCreateWatched},
 	{"TransitionOverwrites", testTransitionOverwrites},
 	{"PutMarkerTTL", testPutMarkerTTL},
 	{"TransitionFenced", testTransitionFenced},

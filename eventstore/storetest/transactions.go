@@ -217,6 +217,84 @@ func testTransactionState(t *testing.T, e *env) {
 	mustIs(t, err, eventstore.ErrClosed, "TransactionState after Close")
 }
 
+// testCreateWatched checks the optional eventstore.WatchedCreator: the saga
+// (with its first tryout) and its watchdog row written together, each as
+// CreateTransaction and PutRecoveryEntry would; bad arguments fail with
+// ErrInvalid and write neither.
+func testCreateWatched(t *testing.T, e *env) {
+	wc, ok := e.store.(eventstore.WatchedCreator)
+	if !ok {
+		t.Log("the store does not implement eventstore.WatchedCreator")
+		return
+	}
+	ctx := t.Context()
+	tx := fullTx(e.scope, "tx-watched")
+	dog := eventstore.RecoveryEntry{RecoveryPath: *tx.RestorePath, TxID: tx.TxID, Domain: tx.Domain, Status: "RESTORE", InstanceToken: -42}
+	first := fullTryout(tx.TxID, 0)
+	must(t, wc.CreateTransactionWatched(ctx, tx, &first, dog), "CreateTransactionWatched")
+	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+	must(t, err, "LoadTransaction")
+	checkTx(t, "watched transaction", got, tx)
+	tries, err := e.store.Tryouts(ctx, e.scope, tx.TxID)
+	must(t, err, "Tryouts")
+	checkTryouts(t, "tryouts after a watched create", tries, []eventstore.Tryout{first})
+	rows, err := e.store.ListRecoveryEntries(ctx, e.scope, *tx.RestorePath, "", 0)
+	must(t, err, "ListRecoveryEntries")
+	if len(rows) != 1 || rows[0].TxID != tx.TxID || rows[0].Domain != tx.Domain || rows[0].Status != "RESTORE" ||
+		rows[0].InstanceToken != -42 || !rows[0].RecoveryPath.Equal(*tx.RestorePath) {
+		t.Fatalf("watchdog rows %+v, want the one written with the saga", rows)
+	}
+
+	// Without a first tryout.
+	bare := fullTx(e.scope, "tx-watched-bare")
+	bareDog := dog
+	bareDog.TxID = bare.TxID
+	must(t, wc.CreateTransactionWatched(ctx, bare, nil, bareDog), "CreateTransactionWatched without a tryout")
+	if tries, err = e.store.Tryouts(ctx, e.scope, bare.TxID); err != nil || len(tries) != 0 {
+		t.Fatalf("tryouts of a watched create without one: %+v, %v", tries, err)
+	}
+	if rows, err = e.store.ListRecoveryEntries(ctx, e.scope, *tx.RestorePath, "", 0); err != nil || len(rows) != 2 {
+		t.Fatalf("watchdog rows after the second create: %+v, %v; want 2", rows, err)
+	}
+
+	bad := func(what string, tx eventstore.Transaction, dog eventstore.RecoveryEntry) {
+		t.Helper()
+		err := wc.CreateTransactionWatched(ctx, tx, nil, dog)
+		mustIs(t, err, eventstore.ErrInvalid, "CreateTransactionWatched with "+what)
+		_, err = e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+		mustIs(t, err, eventstore.ErrNotFound, "LoadTransaction after a refused watched create ("+what+")")
+	}
+	other := fullTx(e.scope, "tx-watched-bad")
+	dog.TxID = other.TxID
+	wrongTx := dog
+	wrongTx.TxID = "tx-someone-else"
+	bad("the watchdog of another saga", other, wrongTx)
+	retry := dog
+	retry.Bucket = 2
+	noPath := other
+	noPath.RestorePath = nil
+	bad("no restore path", noPath, dog)
+	moved := other
+	p := *other.RestorePath
+	p.MinuteOfDay++
+	moved.RestorePath = &p
+	bad("a restore path elsewhere", moved, dog)
+	retryTx := other
+	retryTx.RestorePath = &retry.RecoveryPath
+	bad("a retry bucket", retryTx, retry)
+	noInstance := dog
+	noInstance.InstanceID = ""
+	bad("a watchdog without an instance", other, noInstance)
+	if rows, err = e.store.ListRecoveryEntries(ctx, e.scope, *tx.RestorePath, "", 0); err != nil || len(rows) != 2 {
+		t.Fatalf("watchdog rows after refused creates: %+v, %v; want the 2 written", rows, err)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	mustIs(t, wc.CreateTransactionWatched(canceled, other, nil, dog), context.Canceled, "CreateTransactionWatched with a canceled context")
+	must(t, e.store.Close(), "Close")
+	mustIs(t, wc.CreateTransactionWatched(ctx, other, nil, dog), eventstore.ErrClosed, "CreateTransactionWatched after Close")
+}
+
 func testTransitionOverwrites(t *testing.T, e *env) {
 	ctx := t.Context()
 	tx := fullTx(e.scope, "tx-transition")
