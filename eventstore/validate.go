@@ -43,8 +43,9 @@ func (tx Transaction) Validate() error {
 }
 
 // ValidateWatched checks the arguments of
-// WatchedCreator.CreateTransactionWatched: tx (Transaction.Validate), a
-// restore row watchdog (RecoveryEntry.Validate, odd bucket) of tx.TxID, and
+// WatchedCreator.CreateTransactionWatched, in this order: tx
+// (Transaction.Validate), watchdog (RecoveryEntry.Validate), watchdog's
+// TxID equal to tx's, watchdog in a restore (odd) bucket, and
 // tx.RestorePath naming watchdog's path.
 func ValidateWatched(tx Transaction, watchdog RecoveryEntry) error {
 	if err := tx.Validate(); err != nil {

@@ -528,12 +528,8 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 	}
 	// No lock: the saga is persisted before its first command exists, so
 	// no reply can race with this.
-	if d.kind == decideSend && o.rec != nil {
-		if err := o.createWatched(ctx, &tx); err != nil {
-			return "", err
-		}
-	} else if err := o.store.CreateTransaction(ctx, tx, nil); err != nil {
-		return "", fmt.Errorf("orchestrator: create saga: %w", err)
+	if err := o.create(ctx, &tx, d.kind == decideSend); err != nil {
+		return "", err
 	}
 	o.cache.put(&tx)
 	o.stats.started.Add(1)
@@ -551,20 +547,32 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 	return txID, nil
 }
 
-// createWatched creates saga tx with its restore watchdog, which must
-// exist before the saga can be stranded: if this process dies anywhere
-// after the create, a retry node finds it. Where the store has
-// eventstore.WatchedCreator and the watchdog's bucket has its directory
-// keys (all but the first saga of a bucket), both are one statement;
-// otherwise the watchdog is written first, then the saga.
-func (o *Orchestrator[T]) createWatched(ctx context.Context, tx *eventstore.Transaction) error {
+// create persists the new saga tx. When its first command is to follow
+// (inFlight) and recovery is on, the saga's restore watchdog goes with it:
+// it must exist before the saga can be stranded, so that if this process
+// dies anywhere after the create, a retry node finds it. Where the store
+// has eventstore.WatchedCreator and the watchdog's bucket has its
+// directory keys (all but the first saga of a bucket), both are one
+// statement; otherwise the watchdog is written first, then the saga. A
+// create that fails but may have landed is undone by failStart, so that
+// Start's error means the saga does not run.
+func (o *Orchestrator[T]) create(ctx context.Context, tx *eventstore.Transaction, inFlight bool) error {
+	if !inFlight || o.rec == nil {
+		if err := o.store.CreateTransaction(ctx, *tx, nil); err != nil {
+			if inFlight && mayHaveLanded(err) {
+				o.failStart(ctx, *tx, nil, err)
+			}
+			return fmt.Errorf("orchestrator: create saga: %w", err)
+		}
+		return nil
+	}
 	var write func(context.Context, eventstore.RecoveryEntry) error
 	if wc, ok := o.store.(eventstore.WatchedCreator); ok {
 		write = func(ctx context.Context, e eventstore.RecoveryEntry) error {
 			tx.RestorePath = &e.RecoveryPath
 			err := wc.CreateTransactionWatched(ctx, *tx, nil, e)
-			if err != nil {
-				o.keepWatchdog(ctx, e, err)
+			if err != nil && mayHaveLanded(err) {
+				o.failStart(ctx, *tx, &e, err)
 			}
 			return err
 		}
@@ -578,7 +586,6 @@ func (o *Orchestrator[T]) createWatched(ctx context.Context, tx *eventstore.Tran
 		o.logger().Warn("orchestrator: restore watchdog registered late; the saga goes on, but a crash before its end may not be restored", "tx", tx.TxID, "err", err)
 		return nil
 	case via && err != nil:
-		tx.RestorePath = nil
 		return fmt.Errorf("orchestrator: create saga: %w", err)
 	case via:
 		return nil
@@ -587,21 +594,49 @@ func (o *Orchestrator[T]) createWatched(ctx context.Context, tx *eventstore.Tran
 	}
 	tx.RestorePath = &path
 	if err := o.store.CreateTransaction(ctx, *tx, nil); err != nil {
+		if mayHaveLanded(err) {
+			o.failStart(ctx, *tx, nil, err)
+		}
 		return fmt.Errorf("orchestrator: create saga: %w", err)
 	}
 	return nil
 }
 
-// keepWatchdog writes the watchdog e alone after the statement that
-// created its saga with it failed (cause): that statement may have landed
-// in part, and a saga row must never be left without its watchdog. A
-// watchdog without a saga only costs a pickup that finds nothing.
-func (o *Orchestrator[T]) keepWatchdog(ctx context.Context, e eventstore.RecoveryEntry, cause error) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+// mayHaveLanded reports whether a failed write may have been applied
+// anyway: anything but a refusal before sending (invalid arguments, a
+// closed store, a taken id).
+func mayHaveLanded(err error) bool {
+	return !errors.Is(err, eventstore.ErrInvalid) && !errors.Is(err, eventstore.ErrClosed) && !errors.Is(err, eventstore.ErrExists)
+}
+
+// failStart keeps a saga whose create failed (cause), but may have landed,
+// from running: its first command was never sent, so it is written
+// COMPENSATED (nothing ran, nothing to undo) at the next version, which
+// wins over the create whenever that lands (stores fence versions). If
+// that write fails too, a watchdog that went in the create's own statement
+// (dog) is written again alone, so that a create that landed is restored
+// by the retry node instead of stranded; the saga may then run although
+// Start failed (logged). A watchdog left for a saga that ended or never
+// existed costs one pickup, which drops it.
+func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transaction, dog *eventstore.RecoveryEntry, cause error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := o.store.PutRecoveryEntry(wctx, o.scope, e); err != nil {
-		o.logger().Error("orchestrator: saga create failed and its restore watchdog could not be written alone: if the create landed, the saga has no watchdog",
-			"tx", e.TxID, "err", cause, "watchdog_err", err)
+	end := tx
+	end.State, end.Error = eventstore.StateCompensated, "start failed: "+cause.Error()
+	end.Kind, end.Endpoint, end.Attempt = "", "", 0 // the step was never sent
+	end.Version++
+	end.UpdatedAt = o.cfg.now()
+	err := o.store.Transition(wctx, end, nil)
+	if err == nil {
+		return
+	}
+	switch {
+	case dog != nil && o.store.PutRecoveryEntry(wctx, o.scope, *dog) == nil, dog == nil && o.rec != nil:
+		o.logger().Warn("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga's watchdog restores it and it runs",
+			"tx", tx.TxID, "err", cause, "mark_err", err)
+	default:
+		o.logger().Error("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga stays in flight without its first command and without a watchdog",
+			"tx", tx.TxID, "err", cause, "mark_err", err)
 	}
 }
 

@@ -377,11 +377,13 @@ func TestRecoveryLifetimeDisables(t *testing.T) {
 
 // partialStore fails every CreateTransactionWatched after writing the saga
 // row alone: a batch whose coordinator died midway, leaving the saga
-// without its watchdog.
+// without its watchdog. With markFails the orchestrator's follow-up write
+// (the saga marked failed) fails too.
 type partialStore struct {
 	eventstore.Store
-	mu     sync.Mutex
-	failed []string // the sagas written in part
+	markFails bool
+	mu        sync.Mutex
+	failed    []string // the sagas written in part
 }
 
 func (s *partialStore) CreateTransactionWatched(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout, _ eventstore.RecoveryEntry) error {
@@ -394,54 +396,86 @@ func (s *partialStore) CreateTransactionWatched(ctx context.Context, tx eventsto
 	return errors.New("coordinator lost mid-batch")
 }
 
-// A saga start writes the watchdog with the create in one statement (all but
-// the first saga of a bucket). When that statement fails having written the
-// saga row alone, Start fails, and the orchestrator writes the watchdog
-// again by itself: the saga row is never left without one, and the retry
-// node restores it (to the end, here) like any saga that stalled after its
-// create.
-func TestRecoveryWatchdogOfAPartlyWrittenCreate(t *testing.T) {
+func (s *partialStore) Transition(ctx context.Context, tx eventstore.Transaction, tr *eventstore.Tryout) error {
+	if s.markFails && strings.HasPrefix(tx.Error, "start failed:") {
+		return errors.New("store still failing")
+	}
+	return s.Store.Transition(ctx, tx, tr)
+}
+
+func (s *partialStore) failedOnce(t *testing.T) string {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.failed) != 1 {
+		t.Fatalf("partly written creates %v, want the second saga's", s.failed)
+	}
+	return s.failed[0]
+}
+
+// A saga start writes the watchdog with the create in one statement (all
+// but the first saga of a bucket). When that statement fails having
+// written the saga row alone, Start fails and the saga does not run: the
+// orchestrator marks it COMPENSATED at the next version. If that write
+// fails too, it writes the watchdog again alone, so that the saga row is
+// not left in flight without one: the retry node restores it (to the end,
+// here) like any saga that stalled after its create.
+func TestRecoveryPartlyWrittenCreate(t *testing.T) {
 	onEachStore(t, func(t *testing.T, kind string) {
-		r := newRig(t, kind)
-		r.startWorker(r.svcStock)
-		r.startWorker(r.svcPay)
-		clock := newFakeClock()
-		ps := &partialStore{Store: r.store}
-		o, err := orchestrator.New("orders", r.sagaDomain(), orchestrator.WithBrokers(r.brokers...), orchestrator.WithStore(ps),
-			orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
-		if err != nil {
-			t.Fatal(err)
+		for _, markFails := range []bool{false, true} {
+			t.Run(map[bool]string{false: "MarkedFailed", true: "StoreStillFailing"}[markFails], func(t *testing.T) {
+				r := newRig(t, kind)
+				r.startWorker(r.svcStock)
+				r.startWorker(r.svcPay)
+				clock := newFakeClock()
+				ps := &partialStore{Store: r.store, markFails: markFails}
+				o, err := orchestrator.New("orders", r.sagaDomain(), orchestrator.WithBrokers(r.brokers...), orchestrator.WithStore(ps),
+					orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
+				if err != nil {
+					t.Fatal(err)
+				}
+				runOrch(t, o)
+				first, err := o.Start(t.Context(), order{ID: "first"})
+				if err != nil {
+					t.Fatalf("the first saga of a bucket (watchdog written with the bucket's keys, then the create): %v", err)
+				}
+				if _, err := o.Start(t.Context(), order{ID: "second"}); err == nil || !strings.Contains(err.Error(), "coordinator lost mid-batch") {
+					t.Fatalf("Start over a partly written create: %v, want its error", err)
+				}
+				second := ps.failedOnce(t)
+				tx, err := r.store.LoadTransaction(t.Context(), o.Scope(), second)
+				if err != nil || tx.RestorePath == nil {
+					t.Fatalf("the partly written saga %+v, %v: want its row with a restore path", tx, err)
+				}
+				if !markFails {
+					if tx.State != eventstore.StateCompensated || tx.Version != 2 || !strings.Contains(tx.Error, "start failed: ") || tx.Endpoint != "" {
+						t.Fatalf("the partly written saga %+v: want it COMPENSATED at version 2, its step unsent, the error kept", tx)
+					}
+					got := scanUntil(t, o, clock, 2*time.Minute, []string{first, second})
+					if got[first] != eventstore.StateCompleted || got[second] != eventstore.StateCompensated {
+						t.Fatalf("states %v: want the first COMPLETED, the second still COMPENSATED", got)
+					}
+					for span := range 3 {
+						if n := r.runsOf(second, span, topics.KindProcess); n != 0 {
+							t.Errorf("span %d of the saga whose Start failed ran %d times", span, n)
+						}
+					}
+					return
+				}
+				rows, err := r.store.ListRecoveryEntries(t.Context(), tx.Scope, *tx.RestorePath, "", 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				found := false
+				for _, e := range rows {
+					found = found || e.TxID == second
+				}
+				if !found {
+					t.Fatalf("watchdog bucket %+v holds %+v: the partly written saga has no watchdog", *tx.RestorePath, rows)
+				}
+				expectAll(t, scanUntil(t, o, clock, 2*time.Minute, []string{first, second}), eventstore.StateCompleted)
+				assertDirectoryDrained(t, r.store, o, clock)
+			})
 		}
-		runOrch(t, o)
-		first, err := o.Start(t.Context(), order{ID: "first"})
-		if err != nil {
-			t.Fatalf("the first saga of a bucket (watchdog written with the bucket's keys, then the create): %v", err)
-		}
-		if _, err := o.Start(t.Context(), order{ID: "second"}); err == nil || !strings.Contains(err.Error(), "coordinator lost mid-batch") {
-			t.Fatalf("Start over a partly written create: %v, want its error", err)
-		}
-		ps.mu.Lock()
-		failed := append([]string(nil), ps.failed...)
-		ps.mu.Unlock()
-		if len(failed) != 1 {
-			t.Fatalf("partly written creates %v, want the second saga's", failed)
-		}
-		tx, err := r.store.LoadTransaction(t.Context(), o.Scope(), failed[0])
-		if err != nil || tx.RestorePath == nil {
-			t.Fatalf("the partly written saga %+v, %v: want its row with a restore path", tx, err)
-		}
-		rows, err := r.store.ListRecoveryEntries(t.Context(), tx.Scope, *tx.RestorePath, "", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		found := false
-		for _, e := range rows {
-			found = found || e.TxID == tx.TxID
-		}
-		if !found {
-			t.Fatalf("watchdog bucket %+v holds %+v: the partly written saga has no watchdog", *tx.RestorePath, rows)
-		}
-		expectAll(t, scanUntil(t, o, clock, 2*time.Minute, []string{first, tx.TxID}), eventstore.StateCompleted)
-		assertDirectoryDrained(t, r.store, o, clock)
 	})
 }

@@ -64,10 +64,13 @@
 //
 // # Using it from an orchestrator
 //
-// At saga start, before the first command is published, call
-// Writer.RegisterRestore and store the returned path as the saga's
-// RestorePath (it can run in parallel with the saga's creation: one extra
-// round trip). On a retryable failure (or a command that cannot be
+// At saga start, before the first command is published, register the
+// saga's restore watchdog and store its path as the saga's RestorePath.
+// Writer.RegisterRestore writes it alone, before the saga is created (one
+// extra round trip); Writer.RegisterRestoreVia hands the row to a callback
+// that writes it with the create in one statement
+// (eventstore.WatchedCreator), which is what this module's orchestrator
+// does (and what it does when that statement fails). On a retryable failure (or a command that cannot be
 // published), persist RETRY_PENDING, then call Writer.RegisterRetry with
 // the delay of Config.RetryPolicy(domain, endpoint).Delay(attempt), unless
 // the policy is Exhausted. At a terminal state call Writer.Unregister with

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -392,6 +393,7 @@ type faultyDir struct {
 	mu                sync.Mutex
 	failDeleteBucket  int
 	beforeWrite       func() // called before each tier-5 write
+	failWrites        atomic.Bool
 	deleteBucketCalls int
 }
 
@@ -415,12 +417,18 @@ func (f *faultyDir) RegisterRecovery(ctx context.Context, scope eventstore.Scope
 	if f.beforeWrite != nil {
 		f.beforeWrite()
 	}
+	if f.failWrites.Load() {
+		return errCrash
+	}
 	return f.Directory.RegisterRecovery(ctx, scope, e)
 }
 
 func (f *faultyDir) PutRecoveryEntry(ctx context.Context, scope eventstore.Scope, e eventstore.RecoveryEntry) error {
 	if f.beforeWrite != nil {
 		f.beforeWrite()
+	}
+	if f.failWrites.Load() {
+		return errCrash
 	}
 	return f.Directory.PutRecoveryEntry(ctx, scope, e)
 }

@@ -201,7 +201,10 @@ func testRegisterRestoreVia(t *testing.T, e *env) {
 	e.cfg.BucketSize = 3
 	e.cfg.Restore.DefaultDelayWindows = 1
 	w := e.writer()
-	wc := e.store.(eventstore.WatchedCreator)
+	wc, ok := e.store.(eventstore.WatchedCreator)
+	if !ok {
+		t.Fatalf("%T does not implement eventstore.WatchedCreator", e.store)
+	}
 	var during func()
 	create := func(txID string, fail error) (eventstore.RecoveryPath, bool, error) {
 		tx := eventstore.Transaction{Scope: e.scope, TxID: txID, Domain: "order-saga", State: eventstore.StateInProgress, Version: 1, CreatedAt: base, UpdatedAt: base}
@@ -269,6 +272,28 @@ func testRegisterRestoreVia(t *testing.T, e *env) {
 	}
 	if st := w.Stats(); st.Late != 1 || st.Registrations != 6 {
 		t.Errorf("stats after the late write %+v, want 1 late of 6", st)
+	}
+
+	// Late, and registering again fails: the caller's writes landed, so
+	// the error wraps ErrLate (and the cause) and the path is returned.
+	dir := &faultyDir{Directory: e.store}
+	w2, err := NewWriter(dir, e.cfg, WithClock(e.clock.Now), WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, via, err := w2.RegisterRestoreVia(t.Context(), e.scope, "w2-first", "order-saga", func(context.Context, eventstore.RecoveryEntry) error {
+		t.Fatal("write called for the first row of a bucket")
+		return nil
+	}); via || err != nil {
+		t.Fatalf("first row of w2: via %v, %v", via, err)
+	}
+	dir.failWrites.Store(true)
+	p, via, err = w2.RegisterRestoreVia(t.Context(), e.scope, "w2-late", "order-saga", func(context.Context, eventstore.RecoveryEntry) error {
+		e.windows(2)
+		return nil
+	})
+	if !via || !errors.Is(err, ErrLate) || !errors.Is(err, errCrash) || p.InstanceID != w2.InstanceID() {
+		t.Fatalf("late write, failing re-registration: path %s, via %v, %v; want the path, via, ErrLate wrapping the failure", fmtPath(p), via, err)
 	}
 }
 

@@ -39,8 +39,9 @@ const lateAttempts = 3
 // registered per window and parity and moves to the next bucket of that
 // parity every BucketSize rows. The first registration in a bucket writes
 // the tiers 1-4 keys and the tier-5 row in one batch (RegisterRecovery);
-// later ones write the tier-5 row alone (PutRecoveryEntry): one round trip
-// per registration either way. Window state is dropped once the window is
+// later ones write the tier-5 row alone (PutRecoveryEntry), or hand it to
+// the caller to write with its own statement (RegisterRestoreVia): one
+// round trip per registration, or none of its own. Window state is dropped once the window is
 // sealed.
 //
 // A registration must complete before its window starts: retry nodes read a
@@ -91,7 +92,9 @@ type WriterStats struct {
 	// Batches are registrations that also wrote the tiers 1-4 keys (the
 	// first of a bucket): one logged batch each.
 	Batches int64
-	// Writes are registrations that wrote the tier-5 row alone.
+	// Writes are registrations that wrote the tier-5 row without the
+	// tiers 1-4 keys: alone, or with the caller's writes
+	// (RegisterRestoreVia).
 	Writes int64
 	// Late counts writes that completed after their window started and
 	// were written again.
@@ -183,24 +186,16 @@ func (w *Writer) RegisterRestore(ctx context.Context, scope eventstore.Scope, tx
 // the path returned is the last row written. With via true it stays the
 // row write put, which the caller stored with its own writes: the saga
 // ends by deleting that one, and a restore pickup of the later row finds
-// the saga finished and deletes it. If the writer's own attempts are late
-// too, the error wraps ErrLate; with via true the caller's writes have
-// landed nonetheless.
+// the saga finished and deletes it. With via true, an error wrapping
+// ErrLate means write succeeded and only registering again failed (or was
+// late too): the caller's writes have landed; any other error is write's.
 func (w *Writer) RegisterRestoreVia(ctx context.Context, scope eventstore.Scope, txID, domain string, write func(context.Context, eventstore.RecoveryEntry) error) (path eventstore.RecoveryPath, via bool, err error) {
 	if write == nil {
 		path, err = w.RegisterRestore(ctx, scope, txID, domain)
 		return path, false, err
 	}
 	delay := w.delay(w.cfg.RestoreDelay(domain))
-	now := w.now()
-	target := w.ws.Add(w.ws.At(now), delay)
-	st := w.state(scope, target, now)
-	slot := st.counts[1].Add(1) - 1
-	bucket := 1 + 2*int(slot/int64(w.cfg.BucketSize))
-	e := eventstore.RecoveryEntry{
-		RecoveryPath: target.Path(w.id, bucket), TxID: txID, Domain: domain, Status: StatusRestore, InstanceToken: w.token,
-	}
-	b := st.bucket(bucket)
+	target, b, e := w.slot(scope, txID, domain, 1, delay)
 	b.mu.Lock()
 	via = b.written
 	b.mu.Unlock()
@@ -226,7 +221,9 @@ func (w *Writer) RegisterRestoreVia(ctx context.Context, scope eventstore.Scope,
 		path, err = w.register(ctx, scope, txID, domain, 1, delay, 2)
 		return path, false, err
 	}
-	_, err = w.register(ctx, scope, txID, domain, 1, delay, 2)
+	if _, err = w.register(ctx, scope, txID, domain, 1, delay, 2); err != nil && !errors.Is(err, ErrLate) {
+		err = fmt.Errorf("%w: %s's watchdog, written late with its saga, not registered again: %w", ErrLate, txID, err)
+	}
 	return e.RecoveryPath, true, err
 }
 
@@ -265,21 +262,14 @@ func (w *Writer) delay(windows int) int {
 // (1: restore), again in a later window while the write completes late:
 // attempts first..lateAttempts.
 func (w *Writer) register(ctx context.Context, scope eventstore.Scope, txID, domain string, parity, delay, first int) (eventstore.RecoveryPath, error) {
-	kind, status := "retry", StatusRetry
+	kind := "retry"
 	if parity == 1 {
-		kind, status = "restore", StatusRestore
+		kind = "restore"
 	}
 	delay = w.delay(delay)
 	for attempt := first; ; attempt++ {
-		now := w.now()
-		target := w.ws.Add(w.ws.At(now), delay)
-		st := w.state(scope, target, now)
-		slot := st.counts[parity].Add(1) - 1
-		bucket := parity + 2*int(slot/int64(w.cfg.BucketSize))
-		e := eventstore.RecoveryEntry{
-			RecoveryPath: target.Path(w.id, bucket), TxID: txID, Domain: domain, Status: status, InstanceToken: w.token,
-		}
-		if err := w.write(ctx, scope, st.bucket(bucket), e); err != nil {
+		target, b, e := w.slot(scope, txID, domain, parity, delay)
+		if err := w.write(ctx, scope, b, e); err != nil {
 			return eventstore.RecoveryPath{}, fmt.Errorf("recovery: register %s %s in %v: %w", kind, txID, target, err)
 		}
 		w.registrations.Add(1)
@@ -293,6 +283,25 @@ func (w *Writer) register(ctx context.Context, scope eventstore.Scope, txID, dom
 		w.log.Warn("recovery: registration completed after its window started; registering again",
 			"tx", txID, "kind", kind, "window", target.String())
 	}
+}
+
+// slot takes the next slot of parity (1: restore) in the window delay
+// windows ahead of now and returns that window, the slot's bucket and the
+// row of txID in it.
+func (w *Writer) slot(scope eventstore.Scope, txID, domain string, parity, delay int) (Window, *bucketState, eventstore.RecoveryEntry) {
+	status := StatusRetry
+	if parity == 1 {
+		status = StatusRestore
+	}
+	now := w.now()
+	target := w.ws.Add(w.ws.At(now), delay)
+	st := w.state(scope, target, now)
+	n := st.counts[parity].Add(1) - 1
+	bucket := parity + 2*int(n/int64(w.cfg.BucketSize))
+	e := eventstore.RecoveryEntry{
+		RecoveryPath: target.Path(w.id, bucket), TxID: txID, Domain: domain, Status: status, InstanceToken: w.token,
+	}
+	return target, st.bucket(bucket), e
 }
 
 // write writes e: with its tiers 1-4 keys if its bucket has none yet.

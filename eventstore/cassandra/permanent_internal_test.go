@@ -62,3 +62,16 @@ func TestInvalidIsPermanent(t *testing.T) {
 		t.Errorf("validation error %v does not match ErrPermanent", err)
 	}
 }
+
+// GetMarker's not-found error matches eventstore.ErrNotFound and names the
+// marker, though it formats its message only when read.
+func TestMarkerNotFoundError(t *testing.T) {
+	key := eventstore.MarkerKey{Scope: eventstore.Scope{Region: "r", Cluster: "c", Service: "s"}, TxID: "tx-1", Span: 2, Kind: "process", Site: "pay/charge"}
+	var err error = &markerNotFound{key}
+	if !errors.Is(err, eventstore.ErrNotFound) {
+		t.Fatalf("%v does not match ErrNotFound", err)
+	}
+	if got, want := err.Error(), "cassandra: marker tx-1/2/process/pay/charge: eventstore: not found"; got != want {
+		t.Fatalf("message %q, want %q", got, want)
+	}
+}

@@ -91,8 +91,9 @@ type Store struct {
 }
 
 var (
-	_ eventstore.Store       = (*Store)(nil)
-	_ eventstore.StateReader = (*Store)(nil)
+	_ eventstore.Store          = (*Store)(nil)
+	_ eventstore.StateReader    = (*Store)(nil)
+	_ eventstore.WatchedCreator = (*Store)(nil)
 )
 
 // New validates cfg (after filling defaults), applies the schema when
@@ -407,23 +408,27 @@ func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction
 // its restore watchdog's tier-5 row in one unlogged batch
 // (eventstore.WatchedCreator): one round trip instead of two. The batch
 // spans two partitions (the saga's and the watchdog's bucket), so it is
-// atomic per partition only: if the coordinator fails midway, the saga row
-// may land without the watchdog, and the caller gets an error (the
-// orchestrator then writes the watchdog again alone). A logged batch would
-// close that gap at the price of a batch-log write and delete on every
-// saga start; the retry covers it for the cost of one statement on
-// failure only.
+// atomic per partition only: when it fails (a coordinator lost midway, a
+// replica of one partition unavailable or timing out), the saga row may
+// have landed without the watchdog. The caller gets the error; the
+// orchestrator then marks the saga failed at the next version, or failing
+// that writes the watchdog alone. A logged batch would close the gap at
+// the price of a batch-log write and delete on every saga start; the
+// follow-up costs statements on failure only. The saga row comes first:
+// the driver routes a batch by its first statement, so creates spread over
+// the ring by transaction id instead of all going to the replicas of one
+// watchdog bucket.
 func (s *Store) CreateTransactionWatched(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout, watchdog eventstore.RecoveryEntry) error {
 	if err := s.check(ctx, eventstore.ValidateWatched(tx, watchdog), first.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
 	ts := writeTimestamp(tx)
 	b := s.batch(gocql.UnloggedBatch)
-	addIdempotent(b, s.st.upsertEntry, s.entryValues(tx.Scope, watchdog)...)
 	addIdempotent(b, s.st.upsertTx, append(txValues(tx), ts)...)
 	if first != nil {
 		addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *first), ts)...)
 	}
+	addIdempotent(b, s.st.upsertEntry, s.entryValues(tx.Scope, watchdog)...)
 	if err := b.ExecContext(ctx); err != nil {
 		return s.fail("create watched transaction", err)
 	}

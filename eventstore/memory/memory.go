@@ -59,8 +59,9 @@ type Store struct {
 }
 
 var (
-	_ eventstore.Store       = (*Store)(nil)
-	_ eventstore.StateReader = (*Store)(nil)
+	_ eventstore.Store          = (*Store)(nil)
+	_ eventstore.StateReader    = (*Store)(nil)
+	_ eventstore.WatchedCreator = (*Store)(nil)
 )
 
 // New returns an empty in-memory store.

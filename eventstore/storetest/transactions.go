@@ -257,6 +257,17 @@ func testCreateWatched(t *testing.T, e *env) {
 		t.Fatalf("watchdog rows after the second create: %+v, %v; want 2", rows, err)
 	}
 
+	if !e.f.BlindCreate {
+		again := tx
+		elsewhere := dog
+		elsewhere.Bucket = 5
+		again.RestorePath = &elsewhere.RecoveryPath
+		mustIs(t, wc.CreateTransactionWatched(ctx, again, nil, elsewhere), eventstore.ErrExists, "CreateTransactionWatched of a taken id")
+		if rows, err = e.store.ListRecoveryEntries(ctx, e.scope, elsewhere.RecoveryPath, "", 0); err != nil || len(rows) != 0 {
+			t.Fatalf("a refused watched create of a taken id wrote its watchdog: %+v, %v", rows, err)
+		}
+	}
+
 	bad := func(what string, tx eventstore.Transaction, dog eventstore.RecoveryEntry) {
 		t.Helper()
 		err := wc.CreateTransactionWatched(ctx, tx, nil, dog)
