@@ -116,25 +116,31 @@ func checkTryouts(t *testing.T, what string, got, want []eventstore.Tryout) {
 	}
 }
 
+// checkCreated checks that the saga tx was created with its first tryout.
+func checkCreated(t *testing.T, e *env, what string, tx eventstore.Transaction, first eventstore.Tryout) {
+	t.Helper()
+	got, err := e.store.LoadTransaction(t.Context(), e.scope, tx.TxID)
+	must(t, err, "LoadTransaction "+what)
+	checkTx(t, "transaction "+what, got, tx)
+	tries, err := e.store.Tryouts(t.Context(), e.scope, tx.TxID)
+	must(t, err, "Tryouts "+what)
+	checkTryouts(t, "tryouts "+what, tries, []eventstore.Tryout{first})
+}
+
 func testTransactionRoundTrip(t *testing.T, e *env) {
 	ctx := t.Context()
 	tx := fullTx(e.scope, "tx-roundtrip")
 	first := fullTryout("tx-roundtrip", 0)
 	must(t, e.store.CreateTransaction(ctx, tx, &first), "CreateTransaction")
-	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
-	must(t, err, "LoadTransaction")
-	checkTx(t, "loaded transaction", got, tx)
-	tries, err := e.store.Tryouts(ctx, e.scope, tx.TxID)
-	must(t, err, "Tryouts")
-	checkTryouts(t, "tryouts after create", tries, []eventstore.Tryout{first})
+	checkCreated(t, e, "after create", tx, first)
 
 	// A minimal saga: no optional field set.
 	small := eventstore.Transaction{Scope: e.scope, TxID: "tx-minimal", Domain: "d", State: eventstore.StateStarted, Version: 1}
 	must(t, e.store.CreateTransaction(ctx, small, nil), "CreateTransaction minimal")
-	got, err = e.store.LoadTransaction(ctx, e.scope, small.TxID)
+	got, err := e.store.LoadTransaction(ctx, e.scope, small.TxID)
 	must(t, err, "LoadTransaction minimal")
 	checkTx(t, "minimal transaction", got, small)
-	tries, err = e.store.Tryouts(ctx, e.scope, small.TxID)
+	tries, err := e.store.Tryouts(ctx, e.scope, small.TxID)
 	must(t, err, "Tryouts minimal")
 	if len(tries) != 0 {
 		t.Fatalf("minimal saga has tryouts %+v", tries)
@@ -175,12 +181,21 @@ func testLoadMissing(t *testing.T, e *env) {
 	}
 }
 
+// optional returns the store as its optional part I, or logs that it has
+// none (the part's tests then pass without checking anything).
+func optional[I any](t *testing.T, e *env) (I, bool) {
+	i, ok := any(e.store).(I)
+	if !ok {
+		t.Logf("the store does not implement %T", (*I)(nil))
+	}
+	return i, ok
+}
+
 // testTransactionState checks the optional eventstore.StateReader: the
 // state LoadTransaction would return, with the same errors.
 func testTransactionState(t *testing.T, e *env) {
-	sr, ok := e.store.(eventstore.StateReader)
+	sr, ok := optional[eventstore.StateReader](t, e)
 	if !ok {
-		t.Log("the store does not implement eventstore.StateReader")
 		return
 	}
 	ctx := t.Context()
@@ -222,9 +237,8 @@ func testTransactionState(t *testing.T, e *env) {
 // CreateTransaction and PutRecoveryEntry would; bad arguments fail with
 // ErrInvalid and write neither.
 func testCreateWatched(t *testing.T, e *env) {
-	wc, ok := e.store.(eventstore.WatchedCreator)
+	wc, ok := optional[eventstore.WatchedCreator](t, e)
 	if !ok {
-		t.Log("the store does not implement eventstore.WatchedCreator")
 		return
 	}
 	ctx := t.Context()
@@ -232,12 +246,7 @@ func testCreateWatched(t *testing.T, e *env) {
 	dog := eventstore.RecoveryEntry{RecoveryPath: *tx.RestorePath, TxID: tx.TxID, Domain: tx.Domain, Status: "RESTORE", InstanceToken: -42}
 	first := fullTryout(tx.TxID, 0)
 	must(t, wc.CreateTransactionWatched(ctx, tx, &first, dog), "CreateTransactionWatched")
-	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
-	must(t, err, "LoadTransaction")
-	checkTx(t, "watched transaction", got, tx)
-	tries, err := e.store.Tryouts(ctx, e.scope, tx.TxID)
-	must(t, err, "Tryouts")
-	checkTryouts(t, "tryouts after a watched create", tries, []eventstore.Tryout{first})
+	checkCreated(t, e, "after a watched create", tx, first)
 	rows, err := e.store.ListRecoveryEntries(ctx, e.scope, *tx.RestorePath, "", 0)
 	must(t, err, "ListRecoveryEntries")
 	if len(rows) != 1 || rows[0].TxID != tx.TxID || rows[0].Domain != tx.Domain || rows[0].Status != "RESTORE" ||
@@ -250,7 +259,7 @@ func testCreateWatched(t *testing.T, e *env) {
 	bareDog := dog
 	bareDog.TxID = bare.TxID
 	must(t, wc.CreateTransactionWatched(ctx, bare, nil, bareDog), "CreateTransactionWatched without a tryout")
-	if tries, err = e.store.Tryouts(ctx, e.scope, bare.TxID); err != nil || len(tries) != 0 {
+	if tries, err := e.store.Tryouts(ctx, e.scope, bare.TxID); err != nil || len(tries) != 0 {
 		t.Fatalf("tryouts of a watched create without one: %+v, %v", tries, err)
 	}
 	if rows, err = e.store.ListRecoveryEntries(ctx, e.scope, *tx.RestorePath, "", 0); err != nil || len(rows) != 2 {
