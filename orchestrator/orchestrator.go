@@ -617,7 +617,9 @@ func mayHaveLanded(err error) bool {
 // (dog) is written again alone, so that a create that landed is restored
 // by the retry node instead of stranded; the saga may then run although
 // Start failed (logged). A watchdog left for a saga that ended or never
-// existed costs one pickup, which drops it.
+// existed costs one pickup, which drops it. A create refused before it was
+// sent (its context ended first) leaves the COMPENSATED row too: a saga
+// that never ran, named by its error.
 func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transaction, dog *eventstore.RecoveryEntry, cause error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
