@@ -261,9 +261,11 @@ type WatchedCreator interface {
 	// CreateTransactionWatched is CreateTransaction plus PutRecoveryEntry
 	// of watchdog, written together. watchdog must be a restore row (odd
 	// bucket) of tx.TxID at tx.RestorePath (ValidateWatched); otherwise
-	// it fails with ErrInvalid and writes nothing. On any other error
-	// either write may have landed: a caller that wants the saga never to
-	// exist without its watchdog writes the watchdog again alone.
+	// it fails with ErrInvalid. ErrInvalid, ErrClosed and ErrExists (a
+	// store that detects a taken id) write nothing; on any other error
+	// either write, or both, may have landed, and may still land later
+	// (the orchestrator then marks the saga failed at the next version,
+	// or failing that writes the watchdog again alone).
 	CreateTransactionWatched(ctx context.Context, tx Transaction, first *Tryout, watchdog RecoveryEntry) error
 }
 

@@ -464,6 +464,14 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 // persists the saga as STARTED and publishes the first command. It returns
 // the new transaction id.
 //
+// An error with an empty id means the saga did not start: a create that
+// failed but may have landed is marked COMPENSATED ("start failed: ...")
+// so that it never runs, unless the store stayed unreachable for that too
+// (then the saga's watchdog may restore it: logged at WARN with its id).
+// An error with an id means the saga exists but its first command could
+// not be published: it is parked in RETRY_PENDING and will be re-driven,
+// so do not start it again.
+//
 // Start may be called before Run: the first call makes sure the domain's
 // callback topic exists (creating it unless WithoutProvision, failing with
 // ErrNoCallbackTopic otherwise), so that a worker's reply always has
@@ -603,43 +611,77 @@ func (o *Orchestrator[T]) create(ctx context.Context, tx *eventstore.Transaction
 }
 
 // mayHaveLanded reports whether a failed write may have been applied
-// anyway: anything but a refusal before sending (invalid arguments, a
-// closed store, a taken id).
+// anyway: anything but a refusal (invalid arguments, a closed store, a
+// taken id, a request the database rejects before applying it).
 func mayHaveLanded(err error) bool {
-	return !errors.Is(err, eventstore.ErrInvalid) && !errors.Is(err, eventstore.ErrClosed) && !errors.Is(err, eventstore.ErrExists)
+	return !errors.Is(err, eventstore.ErrInvalid) && !errors.Is(err, eventstore.ErrClosed) &&
+		!errors.Is(err, eventstore.ErrExists) && !errors.Is(err, eventstore.ErrPermanent)
 }
+
+// failStartBudget bounds how long failStart tries to mark a saga failed.
+const failStartBudget = 30 * time.Second
 
 // failStart keeps a saga whose create failed (cause), but may have landed,
 // from running: its first command was never sent, so it is written
 // COMPENSATED (nothing ran, nothing to undo) at the next version, which
-// wins over the create whenever that lands (stores fence versions). If
-// that write fails too, a watchdog that went in the create's own statement
-// (dog) is written again alone, so that a create that landed is restored
-// by the retry node instead of stranded; the saga may then run although
-// Start failed (logged). A watchdog left for a saga that ended or never
-// existed costs one pickup, which drops it. A create refused before it was
-// sent (its context ended first) leaves the COMPENSATED row too: a saga
-// that never ran, named by its error.
+// wins over the create whenever that lands (stores fence versions), and
+// its watchdog is deleted. The mark is tried again with backoff (it is
+// idempotent) for at most failStartBudget, and only while no retry node
+// can restore the saga yet (half the restore delay after its create): a
+// restore would write that same next version. If the mark does not land,
+// a watchdog that went in the create's own statement (dog) is written
+// again alone, so that a create that landed is restored by the retry node
+// instead of stranded; the saga may then run although Start failed
+// (logged). A create refused before it was sent (its context ended first)
+// leaves the COMPENSATED row too: a saga that never ran, named by its
+// error.
 func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transaction, dog *eventstore.RecoveryEntry, cause error) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
 	end := tx
 	end.State, end.Error = eventstore.StateCompensated, "start failed: "+cause.Error()
 	end.Kind, end.Endpoint, end.Attempt = "", "", 0 // the step was never sent
 	end.Version++
-	end.UpdatedAt = o.cfg.now()
-	err := o.store.Transition(wctx, end, nil)
+	budget := failStartBudget
+	if o.rec != nil {
+		budget = min(budget, o.restoreAfter/2-o.cfg.now().Sub(tx.UpdatedAt))
+	}
+	err := errors.New("no time left before a retry node could restore the saga")
+	if budget > 0 {
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+		for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+			end.UpdatedAt = o.cfg.now()
+			if err = o.store.Transition(mctx, end, nil); err == nil || !mayHaveLanded(err) {
+				break
+			}
+			select {
+			case <-mctx.Done():
+			case <-time.After(wait):
+				continue
+			}
+			break
+		}
+		cancel()
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	if err == nil {
+		if o.rec != nil && tx.RestorePath != nil {
+			if uerr := o.rec.Unregister(wctx, o.scope, *tx.RestorePath, tx.TxID); uerr != nil {
+				o.logger().Warn("orchestrator: a saga whose Start failed keeps its restore watchdog until a retry node drops it", "tx", tx.TxID, "err", uerr)
+			}
+		}
 		return
 	}
-	switch {
-	case dog != nil && o.store.PutRecoveryEntry(wctx, o.scope, *dog) == nil, dog == nil && o.rec != nil:
+	var werr error
+	if dog != nil {
+		werr = o.store.PutRecoveryEntry(wctx, o.scope, *dog)
+	}
+	if o.rec != nil && werr == nil {
 		o.logger().Warn("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga's watchdog restores it and it runs",
 			"tx", tx.TxID, "err", cause, "mark_err", err)
-	default:
-		o.logger().Error("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga stays in flight without its first command and without a watchdog",
-			"tx", tx.TxID, "err", cause, "mark_err", err)
+		return
 	}
+	o.logger().Error("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga stays in flight without its first command and without a watchdog",
+		"tx", tx.TxID, "err", cause, "mark_err", err, "watchdog_err", werr)
 }
 
 // parkUnsent handles a command that could not be published after its saga

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,32 +377,76 @@ func TestRecoveryLifetimeDisables(t *testing.T) {
 	})
 }
 
-// partialStore fails every CreateTransactionWatched after writing the saga
-// row alone: a batch whose coordinator died midway, leaving the saga
-// without its watchdog. With markFails the orchestrator's follow-up write
-// (the saga marked failed) fails too.
+// partialStore fails creates after writing them. With watched, every
+// CreateTransactionWatched fails, having written the saga row alone (a
+// batch whose coordinator died midway, leaving the saga without its
+// watchdog) or, with landAll, both rows (a batch that timed out but
+// landed). With plain, every CreateTransaction fails having written the
+// row (the first saga of a bucket, whose watchdog went first). With
+// markFails the orchestrator's follow-up write (the saga marked failed)
+// fails too, for good; otherwise its first attempt fails transiently.
 type partialStore struct {
 	eventstore.Store
-	markFails bool
-	mu        sync.Mutex
-	failed    []string // the sagas written in part
+	partialMode
+
+	markRetried atomic.Bool // the first mark failed (transiently)
+	mu          sync.Mutex
+	failed      []string // the sagas whose create failed
 }
 
-func (s *partialStore) CreateTransactionWatched(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout, _ eventstore.RecoveryEntry) error {
-	if err := s.Store.CreateTransaction(ctx, tx, first); err != nil {
+// partialMode says which creates a partialStore fails, and how.
+type partialMode struct{ watched, landAll, plain, markFails bool }
+
+func (s *partialStore) CreateTransactionWatched(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout, dog eventstore.RecoveryEntry) error {
+	wc := s.Store.(eventstore.WatchedCreator)
+	if !s.watched {
+		return wc.CreateTransactionWatched(ctx, tx, first, dog)
+	}
+	var err error
+	if s.landAll {
+		err = wc.CreateTransactionWatched(ctx, tx, first, dog)
+	} else {
+		err = s.Store.CreateTransaction(ctx, tx, first)
+	}
+	return s.fail(tx.TxID, err)
+}
+
+func (s *partialStore) CreateTransaction(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout) error {
+	err := s.Store.CreateTransaction(ctx, tx, first)
+	if !s.plain {
+		return err
+	}
+	return s.fail(tx.TxID, err)
+}
+
+func (s *partialStore) fail(txID string, err error) error {
+	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.failed = append(s.failed, tx.TxID)
+	s.failed = append(s.failed, txID)
 	s.mu.Unlock()
 	return errors.New("coordinator lost mid-batch")
 }
 
 func (s *partialStore) Transition(ctx context.Context, tx eventstore.Transaction, tr *eventstore.Tryout) error {
-	if s.markFails && strings.HasPrefix(tx.Error, "start failed:") {
-		return errors.New("store still failing")
+	if tx.Version == 2 && tx.State == eventstore.StateCompensated && s.isFailed(tx.TxID) {
+		switch {
+		case s.markFails:
+			// For good, so that the orchestrator does not retry the mark
+			// for its whole budget.
+			return fmt.Errorf("store still failing: %w", eventstore.ErrPermanent)
+		case s.markRetried.CompareAndSwap(false, true):
+			return errors.New("a timeout the mark is retried after")
+		}
 	}
 	return s.Store.Transition(ctx, tx, tr)
+}
+
+func (s *partialStore) isFailed(txID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.failed, txID)
 }
 
 func (s *partialStore) failedOnce(t *testing.T) string {
@@ -408,58 +454,84 @@ func (s *partialStore) failedOnce(t *testing.T) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.failed) != 1 {
-		t.Fatalf("partly written creates %v, want the second saga's", s.failed)
+		t.Fatalf("failed creates %v, want one", s.failed)
 	}
 	return s.failed[0]
 }
 
 // A saga start writes the watchdog with the create in one statement (all
-// but the first saga of a bucket). When that statement fails having
-// written the saga row alone, Start fails and the saga does not run: the
-// orchestrator marks it COMPENSATED at the next version. If that write
-// fails too, it writes the watchdog again alone, so that the saga row is
-// not left in flight without one: the retry node restores it (to the end,
-// here) like any saga that stalled after its create.
+// but the first saga of a bucket, which writes its watchdog first). When
+// the create fails, Start fails and the saga does not run, even if the
+// create landed: the orchestrator marks it COMPENSATED at the next version
+// and deletes its watchdog, and passes of the retry node well past the
+// restore delay leave it alone. If the mark fails too, after a statement
+// that wrote the saga row alone, the orchestrator writes the watchdog
+// again by itself, so the saga is not left in flight without one: the
+// retry node restores it (to the end, here) like any saga that stalled
+// after its create.
 func TestRecoveryPartlyWrittenCreate(t *testing.T) {
+	cases := []struct {
+		name string
+		mode partialMode
+	}{
+		{"BatchLandedMarkedFailed", partialMode{watched: true, landAll: true}},
+		{"FirstOfBucketLandedMarkedFailed", partialMode{plain: true}},
+		{"BatchInPartStoreStillFailing", partialMode{watched: true, markFails: true}},
+	}
 	onEachStore(t, func(t *testing.T, kind string) {
-		for _, markFails := range []bool{false, true} {
-			t.Run(map[bool]string{false: "MarkedFailed", true: "StoreStillFailing"}[markFails], func(t *testing.T) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
 				r := newRig(t, kind)
 				r.startWorker(r.svcStock)
 				r.startWorker(r.svcPay)
 				clock := newFakeClock()
-				ps := &partialStore{Store: r.store, markFails: markFails}
+				ps := &partialStore{Store: r.store, partialMode: c.mode}
 				o, err := orchestrator.New("orders", r.sagaDomain(), orchestrator.WithBrokers(r.brokers...), orchestrator.WithStore(ps),
 					orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
 				if err != nil {
 					t.Fatal(err)
 				}
 				runOrch(t, o)
-				first, err := o.Start(t.Context(), order{ID: "first"})
-				if err != nil {
-					t.Fatalf("the first saga of a bucket (watchdog written with the bucket's keys, then the create): %v", err)
-				}
-				if _, err := o.Start(t.Context(), order{ID: "second"}); err == nil || !strings.Contains(err.Error(), "coordinator lost mid-batch") {
-					t.Fatalf("Start over a partly written create: %v, want its error", err)
-				}
-				second := ps.failedOnce(t)
-				tx, err := r.store.LoadTransaction(t.Context(), o.Scope(), second)
-				if err != nil || tx.RestorePath == nil {
-					t.Fatalf("the partly written saga %+v, %v: want its row with a restore path", tx, err)
-				}
-				if !markFails {
-					if tx.State != eventstore.StateCompensated || tx.Version != 2 || !strings.Contains(tx.Error, "start failed: ") || tx.Endpoint != "" {
-						t.Fatalf("the partly written saga %+v: want it COMPENSATED at version 2, its step unsent, the error kept", tx)
+				// The first saga of the window's bucket writes its watchdog
+				// first; the second goes through the batch.
+				var ok []string
+				for _, id := range []string{"first", "second"} {
+					txID, err := o.Start(t.Context(), order{ID: id})
+					switch {
+					case err == nil:
+						ok = append(ok, txID)
+					case !strings.Contains(err.Error(), "coordinator lost mid-batch"):
+						t.Fatalf("Start of the %s saga: %v", id, err)
 					}
-					got := scanUntil(t, o, clock, 2*time.Minute, []string{first, second})
-					if got[first] != eventstore.StateCompleted || got[second] != eventstore.StateCompensated {
-						t.Fatalf("states %v: want the first COMPLETED, the second still COMPENSATED", got)
+				}
+				failed := ps.failedOnce(t)
+				tx, err := r.store.LoadTransaction(t.Context(), o.Scope(), failed)
+				if err != nil || tx.RestorePath == nil {
+					t.Fatalf("the saga whose create failed %+v, %v: want its row with a restore path", tx, err)
+				}
+				if !c.mode.markFails {
+					if tx.State != eventstore.StateCompensated || tx.Version != 2 || !strings.Contains(tx.Error, "start failed: ") || tx.Endpoint != "" {
+						t.Fatalf("the saga whose create failed %+v: want it COMPENSATED at version 2, its step unsent, the error kept", tx)
+					}
+					if !ps.markRetried.Load() {
+						t.Fatal("the mark's first attempt was not made")
+					}
+					waitTerminal(t, o, ok, time.Minute)
+					for range 6 { // 12 minutes of scans, past the 5-minute restore delay
+						advanceIdle(t, o, clock.advance, 2*time.Minute)
+						if _, err := o.RecoveryEngine().Scan(t.Context()); err != nil {
+							t.Logf("scan: %v", err)
+						}
+					}
+					if got, err := o.Get(t.Context(), failed); err != nil || got.State != eventstore.StateCompensated {
+						t.Fatalf("after the scans the saga whose Start failed is %+v, %v; want it still COMPENSATED", got, err)
 					}
 					for span := range 3 {
-						if n := r.runsOf(second, span, topics.KindProcess); n != 0 {
+						if n := r.runsOf(failed, span, topics.KindProcess); n != 0 {
 							t.Errorf("span %d of the saga whose Start failed ran %d times", span, n)
 						}
 					}
+					assertDirectoryDrained(t, r.store, o, clock)
 					return
 				}
 				rows, err := r.store.ListRecoveryEntries(t.Context(), tx.Scope, *tx.RestorePath, "", 0)
@@ -468,12 +540,12 @@ func TestRecoveryPartlyWrittenCreate(t *testing.T) {
 				}
 				found := false
 				for _, e := range rows {
-					found = found || e.TxID == second
+					found = found || e.TxID == failed
 				}
 				if !found {
 					t.Fatalf("watchdog bucket %+v holds %+v: the partly written saga has no watchdog", *tx.RestorePath, rows)
 				}
-				expectAll(t, scanUntil(t, o, clock, 2*time.Minute, []string{first, second}), eventstore.StateCompleted)
+				expectAll(t, scanUntil(t, o, clock, 2*time.Minute, append(ok, failed)), eventstore.StateCompleted)
 				assertDirectoryDrained(t, r.store, o, clock)
 			})
 		}

@@ -381,9 +381,11 @@ func tryoutValues(scope eventstore.Scope, txID string, t eventstore.Tryout) []an
 
 // --- transactions ---------------------------------------------------------
 
-// CreateTransaction inserts a new saga row with a lightweight transaction
-// (IF NOT EXISTS), then its first tryout, if any. It fails with
-// eventstore.ErrExists if the id is taken.
+// CreateTransaction writes a new saga row and its first tryout, if any, in
+// one statement, at the row's version timestamp and without a lightweight
+// transaction: it does not detect a taken id (a second create of the same
+// id behaves as a Transition of that version; ids are unique by
+// construction).
 func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout) error {
 	if err := s.check(ctx, tx.Validate(), first.ValidateFor(tx.TxID)); err != nil {
 		return err

@@ -104,6 +104,7 @@ var tests = []test{
 	{"TransitionOverwrites", testTransitionOverwrites},
 	{"PutMarkerTTL", testPutMarkerTTL},
 	{"TransitionFenced", testTransitionFenced},
+	{"TransitionBeforeCreate", testTransitionBeforeCreate},
 	{"TryoutsOrdered", testTryoutsOrdered},
 	{"ScopeIsolation", testScopeIsolation},
 	{"CopiesValues", testCopiesValues},

@@ -186,7 +186,7 @@ func testLoadMissing(t *testing.T, e *env) {
 func optional[I any](t *testing.T, e *env) (I, bool) {
 	i, ok := any(e.store).(I)
 	if !ok {
-		t.Logf("the store does not implement %T", (*I)(nil))
+		t.Logf("the store does not implement %v", reflect.TypeFor[I]())
 	}
 	return i, ok
 }
@@ -313,6 +313,39 @@ func testCreateWatched(t *testing.T, e *env) {
 	mustIs(t, wc.CreateTransactionWatched(canceled, other, nil, dog), context.Canceled, "CreateTransactionWatched with a canceled context")
 	must(t, e.store.Close(), "Close")
 	mustIs(t, wc.CreateTransactionWatched(ctx, other, nil, dog), eventstore.ErrClosed, "CreateTransactionWatched after Close")
+}
+
+// testTransitionBeforeCreate: a Transition of a saga whose create has not
+// landed creates the row (an upsert), and the create landing afterwards
+// (an older version) does not override it, whether plain or watched. The
+// orchestrator relies on this to mark failed a saga whose create failed
+// but may land later.
+func testTransitionBeforeCreate(t *testing.T, e *env) {
+	ctx := t.Context()
+	tx := fullTx(e.scope, "tx-late-create")
+	tx.Version = 1
+	next := tx
+	next.Version, next.State, next.Error, next.Endpoint = 2, eventstore.StateCompensated, "start failed: timeout", ""
+	must(t, e.store.Transition(ctx, next, nil), "Transition before the create")
+	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+	must(t, err, "LoadTransaction")
+	checkTx(t, "transaction written by a Transition alone", got, next)
+	late := func(what string, err error) {
+		t.Helper()
+		if e.f.BlindCreate {
+			must(t, err, what+" after a newer Transition")
+		} else {
+			mustIs(t, err, eventstore.ErrExists, what+" after a newer Transition")
+		}
+		got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
+		must(t, err, "LoadTransaction after "+what)
+		checkTx(t, "transaction after a late "+what, got, next)
+	}
+	late("CreateTransaction", e.store.CreateTransaction(ctx, tx, nil))
+	if wc, ok := optional[eventstore.WatchedCreator](t, e); ok {
+		dog := eventstore.RecoveryEntry{RecoveryPath: *tx.RestorePath, TxID: tx.TxID, Domain: tx.Domain, Status: "RESTORE"}
+		late("CreateTransactionWatched", wc.CreateTransactionWatched(ctx, tx, nil, dog))
+	}
 }
 
 func testTransitionOverwrites(t *testing.T, e *env) {
