@@ -261,8 +261,10 @@ type WatchedCreator interface {
 	// CreateTransactionWatched is CreateTransaction plus PutRecoveryEntry
 	// of watchdog, written together. watchdog must be a restore row (odd
 	// bucket) of tx.TxID at tx.RestorePath (ValidateWatched); otherwise
-	// it fails with ErrInvalid. ErrInvalid, ErrClosed and ErrExists (a
-	// store that detects a taken id) write nothing; on any other error
+	// it fails with ErrInvalid. ErrInvalid, ErrExists (a store that
+	// detects a taken id), ErrPermanent (a statement the database rejects
+	// before applying any of it) and ErrClosed (a store closed before the
+	// call) write nothing; on any other error
 	// either write, or both, may have landed, and may still land later
 	// (the orchestrator then marks the saga failed at the next version,
 	// or failing that writes the watchdog again alone).

@@ -464,13 +464,17 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 // persists the saga as STARTED and publishes the first command. It returns
 // the new transaction id.
 //
-// An error with an empty id means the saga did not start: a create that
-// failed but may have landed is marked COMPENSATED ("start failed: ...")
-// so that it never runs, unless the store stayed unreachable for that too
-// (then the saga's watchdog may restore it: logged at WARN with its id).
-// An error with an id means the saga exists but its first command could
-// not be published: it is parked in RETRY_PENDING and will be re-driven,
-// so do not start it again.
+// An error with an empty id normally means the saga did not start: a
+// create that failed but may have landed is marked COMPENSATED ("start
+// failed: ...") so that it never runs. If the store stays unreachable for
+// that too, the saga's watchdog may restore it (logged at WARN with its
+// id), or, if the watchdog could not be written either or recovery is off,
+// it may be left in flight unsent (logged at ERROR). Marking it takes up to
+// 30s more (and 10s for the watchdog), whatever ctx says. An error with an
+// id means the saga exists but its first command could not be published:
+// it is parked in RETRY_PENDING for Redrive or, with recovery, the retry
+// node (if even that write failed, its watchdog restores it), so do not
+// start it again.
 //
 // Start may be called before Run: the first call makes sure the domain's
 // callback topic exists (creating it unless WithoutProvision, failing with
@@ -644,11 +648,16 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 	if o.rec != nil {
 		budget = min(budget, o.restoreAfter/2-o.cfg.now().Sub(tx.UpdatedAt))
 	}
-	err := errors.New("no time left before a retry node could restore the saga")
+	noTime := errors.New("no time left before a retry node could restore the saga")
+	err := noTime
 	if budget > 0 {
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 		for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 			end.UpdatedAt = o.cfg.now()
+			if o.rec != nil && end.UpdatedAt.Sub(tx.UpdatedAt) >= o.restoreAfter/2 {
+				err = noTime // the orchestrator's clock (WithClock) moved on
+				break
+			}
 			if err = o.store.Transition(mctx, end, nil); err == nil || !mayHaveLanded(err) {
 				break
 			}
@@ -680,8 +689,11 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 			"tx", tx.TxID, "err", cause, "mark_err", err)
 		return
 	}
-	o.logger().Error("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga stays in flight without its first command and without a watchdog",
-		"tx", tx.TxID, "err", cause, "mark_err", err, "watchdog_err", werr)
+	attrs := []any{"tx", tx.TxID, "err", cause, "mark_err", err}
+	if werr != nil {
+		attrs = append(attrs, "watchdog_err", werr)
+	}
+	o.logger().Error("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga may stay in flight without its first command and without a watchdog", attrs...)
 }
 
 // parkUnsent handles a command that could not be published after its saga

@@ -389,13 +389,16 @@ type partialStore struct {
 	eventstore.Store
 	partialMode
 
-	markRetried atomic.Bool // the first mark failed (transiently)
+	advance     func(time.Duration) // the orchestrator's clock, for stall
+	markRetried atomic.Bool         // the first mark failed (transiently)
 	mu          sync.Mutex
 	failed      []string // the sagas whose create failed
 }
 
-// partialMode says which creates a partialStore fails, and how.
-type partialMode struct{ watched, landAll, plain, markFails bool }
+// partialMode says which creates a partialStore fails, and how. With
+// stall the failing create takes 3 minutes of the orchestrator's clock:
+// past half the tests' 5-minute restore delay, too late to mark the saga.
+type partialMode struct{ watched, landAll, plain, markFails, stall bool }
 
 func (s *partialStore) CreateTransactionWatched(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout, dog eventstore.RecoveryEntry) error {
 	wc := s.Store.(eventstore.WatchedCreator)
@@ -426,6 +429,9 @@ func (s *partialStore) fail(txID string, err error) error {
 	s.mu.Lock()
 	s.failed = append(s.failed, txID)
 	s.mu.Unlock()
+	if s.stall {
+		s.advance(3 * time.Minute)
+	}
 	return errors.New("coordinator lost mid-batch")
 }
 
@@ -468,7 +474,8 @@ func (s *partialStore) failedOnce(t *testing.T) string {
 // that wrote the saga row alone, the orchestrator writes the watchdog
 // again by itself, so the saga is not left in flight without one: the
 // retry node restores it (to the end, here) like any saga that stalled
-// after its create.
+// after its create. So it does, without trying the mark, when the create
+// failed too late to mark the saga before a retry node could restore it.
 func TestRecoveryPartlyWrittenCreate(t *testing.T) {
 	cases := []struct {
 		name string
@@ -477,6 +484,7 @@ func TestRecoveryPartlyWrittenCreate(t *testing.T) {
 		{"BatchLandedMarkedFailed", partialMode{watched: true, landAll: true}},
 		{"FirstOfBucketLandedMarkedFailed", partialMode{plain: true}},
 		{"BatchInPartStoreStillFailing", partialMode{watched: true, markFails: true}},
+		{"BatchInPartTooLateToMark", partialMode{watched: true, stall: true}},
 	}
 	onEachStore(t, func(t *testing.T, kind string) {
 		for _, c := range cases {
@@ -485,7 +493,7 @@ func TestRecoveryPartlyWrittenCreate(t *testing.T) {
 				r.startWorker(r.svcStock)
 				r.startWorker(r.svcPay)
 				clock := newFakeClock()
-				ps := &partialStore{Store: r.store, partialMode: c.mode}
+				ps := &partialStore{Store: r.store, partialMode: c.mode, advance: clock.advance}
 				o, err := orchestrator.New("orders", r.sagaDomain(), orchestrator.WithBrokers(r.brokers...), orchestrator.WithStore(ps),
 					orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
 				if err != nil {
@@ -509,7 +517,21 @@ func TestRecoveryPartlyWrittenCreate(t *testing.T) {
 				if err != nil || tx.RestorePath == nil {
 					t.Fatalf("the saga whose create failed %+v, %v: want its row with a restore path", tx, err)
 				}
-				if !c.mode.markFails {
+				watchdogs := func() (ids []string) {
+					t.Helper()
+					rows, err := r.store.ListRecoveryEntries(t.Context(), tx.Scope, *tx.RestorePath, "", 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range rows {
+						ids = append(ids, e.TxID)
+					}
+					return ids
+				}
+				if !c.mode.markFails && !c.mode.stall {
+					if ids := watchdogs(); slices.Contains(ids, failed) {
+						t.Fatalf("watchdog bucket %+v still holds the saga marked failed: %v", *tx.RestorePath, ids)
+					}
 					if tx.State != eventstore.StateCompensated || tx.Version != 2 || !strings.Contains(tx.Error, "start failed: ") || tx.Endpoint != "" {
 						t.Fatalf("the saga whose create failed %+v: want it COMPENSATED at version 2, its step unsent, the error kept", tx)
 					}
@@ -534,16 +556,11 @@ func TestRecoveryPartlyWrittenCreate(t *testing.T) {
 					assertDirectoryDrained(t, r.store, o, clock)
 					return
 				}
-				rows, err := r.store.ListRecoveryEntries(t.Context(), tx.Scope, *tx.RestorePath, "", 0)
-				if err != nil {
-					t.Fatal(err)
+				if c.mode.stall && ps.markRetried.Load() {
+					t.Fatal("the saga was marked failed too late: a retry node could restore it meanwhile")
 				}
-				found := false
-				for _, e := range rows {
-					found = found || e.TxID == failed
-				}
-				if !found {
-					t.Fatalf("watchdog bucket %+v holds %+v: the partly written saga has no watchdog", *tx.RestorePath, rows)
+				if ids := watchdogs(); !slices.Contains(ids, failed) {
+					t.Fatalf("watchdog bucket %+v holds %v: the partly written saga has no watchdog", *tx.RestorePath, ids)
 				}
 				expectAll(t, scanUntil(t, o, clock, 2*time.Minute, append(ok, failed)), eventstore.StateCompleted)
 				assertDirectoryDrained(t, r.store, o, clock)
