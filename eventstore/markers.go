@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -111,3 +112,19 @@ func CeilSeconds(d time.Duration) time.Duration {
 	}
 	return (d + time.Second - 1) / time.Second * time.Second
 }
+
+// MarkerNotFound returns the ErrNotFound of a GetMarker of key in store
+// (the message's prefix, e.g. "cassandra"). The first delivery of every
+// command takes this path, so the message is formatted only when read.
+func MarkerNotFound(store string, key MarkerKey) error { return &markerNotFound{store, key} }
+
+type markerNotFound struct {
+	store string
+	key   MarkerKey
+}
+
+func (e *markerNotFound) Error() string {
+	return fmt.Sprintf("%s: marker %s/%d/%s/%s: %v", e.store, e.key.TxID, e.key.Span, e.key.Kind, e.key.Site, ErrNotFound)
+}
+
+func (e *markerNotFound) Unwrap() error { return ErrNotFound }

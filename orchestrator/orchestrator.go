@@ -66,6 +66,7 @@ type Orchestrator[T any] struct {
 	domain   Domain[T]
 	cfg      config
 	store    eventstore.Store
+	watched  eventstore.WatchedCreator // store, if it is one (nil otherwise)
 	scope    eventstore.Scope
 	code     uint16
 	prod     *kgo.Client // commands and dead letters; made by New
@@ -232,6 +233,7 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		o.store = memory.New(memory.WithClock(cfg.now))
 		o.cfg.ownStore = true
 	}
+	o.watched, _ = o.store.(eventstore.WatchedCreator)
 	o.cache.limit = int64(cfg.stateCacheSize)
 	o.redriver = &entryRedriver{o.redriveEntry} // a pointer: comparable in the mux
 	if err := o.initRecovery(); err != nil {
@@ -569,44 +571,37 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 // create that fails but may have landed is undone by failStart, so that
 // Start's error means the saga does not run.
 func (o *Orchestrator[T]) create(ctx context.Context, tx *eventstore.Transaction, inFlight bool) error {
-	if !inFlight || o.rec == nil {
-		if err := o.store.CreateTransaction(ctx, *tx, nil); err != nil {
-			if inFlight && mayHaveLanded(err) {
-				o.failStart(ctx, *tx, nil, err)
+	if inFlight && o.rec != nil {
+		var write func(context.Context, eventstore.RecoveryEntry) error
+		var dog eventstore.RecoveryEntry
+		if o.watched != nil {
+			write = func(ctx context.Context, e eventstore.RecoveryEntry) error {
+				tx.RestorePath, dog = &e.RecoveryPath, e
+				return o.watched.CreateTransactionWatched(ctx, *tx, nil, e)
+			}
+		}
+		path, via, err := o.rec.RegisterRestoreVia(ctx, o.scope, tx.TxID, o.domain.Name, write)
+		switch {
+		case via && errors.Is(err, recovery.ErrLate):
+			// The saga and its watchdog are written, only late for a retry
+			// node that may have read the window already: go on and send
+			// the step (the warning names the saga).
+			o.logger().Warn("orchestrator: restore watchdog registered late; the saga goes on, but a crash before its end may not be restored", "tx", tx.TxID, "err", err)
+			return nil
+		case via && err != nil:
+			if mayHaveLanded(err) {
+				o.failStart(ctx, *tx, &dog, err)
 			}
 			return fmt.Errorf("orchestrator: create saga: %w", err)
+		case via:
+			return nil
+		case err != nil:
+			return fmt.Errorf("orchestrator: register restore watchdog: %w", err)
 		}
-		return nil
+		tx.RestorePath = &path
 	}
-	var write func(context.Context, eventstore.RecoveryEntry) error
-	if wc, ok := o.store.(eventstore.WatchedCreator); ok {
-		write = func(ctx context.Context, e eventstore.RecoveryEntry) error {
-			tx.RestorePath = &e.RecoveryPath
-			err := wc.CreateTransactionWatched(ctx, *tx, nil, e)
-			if err != nil && mayHaveLanded(err) {
-				o.failStart(ctx, *tx, &e, err)
-			}
-			return err
-		}
-	}
-	path, via, err := o.rec.RegisterRestoreVia(ctx, o.scope, tx.TxID, o.domain.Name, write)
-	switch {
-	case via && errors.Is(err, recovery.ErrLate):
-		// The saga and its watchdog are written, only late for a retry
-		// node that may have read the window already: go on and send the
-		// step (the warning names the saga).
-		o.logger().Warn("orchestrator: restore watchdog registered late; the saga goes on, but a crash before its end may not be restored", "tx", tx.TxID, "err", err)
-		return nil
-	case via && err != nil:
-		return fmt.Errorf("orchestrator: create saga: %w", err)
-	case via:
-		return nil
-	case err != nil:
-		return fmt.Errorf("orchestrator: register restore watchdog: %w", err)
-	}
-	tx.RestorePath = &path
 	if err := o.store.CreateTransaction(ctx, *tx, nil); err != nil {
-		if mayHaveLanded(err) {
+		if inFlight && mayHaveLanded(err) {
 			o.failStart(ctx, *tx, nil, err)
 		}
 		return fmt.Errorf("orchestrator: create saga: %w", err)

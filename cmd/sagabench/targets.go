@@ -201,7 +201,7 @@ func whyMissed(c *cellResult, g goal) string {
 		// framework overlaps some of them with the hops, so it can beat
 		// the floor's latency, and then the floor is not what bounds it.
 		before := "a marker read"
-		if strings.HasSuffix(c.Infra, "-strict") {
+		if c.Mode == "STRICT" {
 			before = "the lease's LWT"
 		}
 		fmt.Fprintf(&b, "; the framework's %s ms mean is under it: it overlaps statements with hops (a reply's produce with "+

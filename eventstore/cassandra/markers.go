@@ -3,7 +3,6 @@ package cassandra
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -173,24 +172,13 @@ func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (events
 	q := s.read(s.st.selectMarker, key.Region, key.Cluster, key.Service, key.TxID, key.Span, key.Kind, key.Site)
 	m, err := scanMarker(func(dest ...any) error { return q.ScanContext(ctx, dest...) }, key.Scope, key.TxID)
 	if errors.Is(err, gocql.ErrNotFound) {
-		return eventstore.Marker{}, &markerNotFound{key}
+		return eventstore.Marker{}, eventstore.MarkerNotFound("cassandra", key)
 	}
 	if err != nil {
 		return eventstore.Marker{}, s.fail("get marker", err)
 	}
 	return m, nil
 }
-
-// markerNotFound is GetMarker's eventstore.ErrNotFound. The first delivery
-// of every command takes this path, so the message is formatted only when
-// someone reads it.
-type markerNotFound struct{ key eventstore.MarkerKey }
-
-func (e *markerNotFound) Error() string {
-	return fmt.Sprintf("cassandra: marker %s/%d/%s/%s: %v", e.key.TxID, e.key.Span, e.key.Kind, e.key.Site, eventstore.ErrNotFound)
-}
-
-func (e *markerNotFound) Unwrap() error { return eventstore.ErrNotFound }
 
 // DeleteMarker deletes one marker row.
 func (s *Store) DeleteMarker(ctx context.Context, key eventstore.MarkerKey) error {

@@ -67,7 +67,7 @@ func TestInvalidIsPermanent(t *testing.T) {
 // marker, though it formats its message only when read.
 func TestMarkerNotFoundError(t *testing.T) {
 	key := eventstore.MarkerKey{Scope: eventstore.Scope{Region: "r", Cluster: "c", Service: "s"}, TxID: "tx-1", Span: 2, Kind: "process", Site: "pay/charge"}
-	var err error = &markerNotFound{key}
+	err := eventstore.MarkerNotFound("cassandra", key)
 	if !errors.Is(err, eventstore.ErrNotFound) {
 		t.Fatalf("%v does not match ErrNotFound", err)
 	}

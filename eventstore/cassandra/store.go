@@ -393,15 +393,19 @@ func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction
 	// No lightweight transaction: transaction ids are unique by
 	// construction (orchestrator.NewTxID), and the row is written at its
 	// version's timestamp like every transition (see writeTimestamp).
-	ts := writeTimestamp(tx)
-	if first == nil {
-		return s.exec(ctx, "create transaction", s.st.upsertTx, append(txValues(tx), ts)...)
+	return s.writeTx(ctx, "create transaction", tx, first)
+}
+
+// writeTx writes the saga row of tx and, if not nil, a tryout: one
+// statement, or one same-partition batch.
+func (s *Store) writeTx(ctx context.Context, op string, tx eventstore.Transaction, tryout *eventstore.Tryout) error {
+	if tryout == nil {
+		return s.exec(ctx, op, s.st.upsertTx, append(txValues(tx), writeTimestamp(tx))...)
 	}
 	b := s.batch(gocql.UnloggedBatch)
-	addIdempotent(b, s.st.upsertTx, append(txValues(tx), ts)...)
-	addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *first), ts)...)
+	s.addTx(b, tx, tryout)
 	if err := b.ExecContext(ctx); err != nil {
-		return s.fail("create transaction", err)
+		return s.fail(op, err)
 	}
 	return nil
 }
@@ -424,17 +428,23 @@ func (s *Store) CreateTransactionWatched(ctx context.Context, tx eventstore.Tran
 	if err := s.check(ctx, eventstore.ValidateWatched(tx, watchdog), first.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
-	ts := writeTimestamp(tx)
 	b := s.batch(gocql.UnloggedBatch)
-	addIdempotent(b, s.st.upsertTx, append(txValues(tx), ts)...)
-	if first != nil {
-		addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *first), ts)...)
-	}
+	s.addTx(b, tx, first)
 	addIdempotent(b, s.st.upsertEntry, s.entryValues(tx.Scope, watchdog)...)
 	if err := b.ExecContext(ctx); err != nil {
 		return s.fail("create watched transaction", err)
 	}
 	return nil
+}
+
+// addTx adds the saga row of tx and, if not nil, a tryout to b, at tx's
+// write timestamp.
+func (s *Store) addTx(b *gocql.Batch, tx eventstore.Transaction, first *eventstore.Tryout) {
+	ts := writeTimestamp(tx)
+	addIdempotent(b, s.st.upsertTx, append(txValues(tx), ts)...)
+	if first != nil {
+		addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *first), ts)...)
+	}
 }
 
 // writeTimestamp is the write time (microseconds) of every write of tx's
@@ -491,17 +501,7 @@ func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryou
 	if err := s.check(ctx, tx.Validate(), tryout.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
-	ts := writeTimestamp(tx)
-	if tryout == nil {
-		return s.exec(ctx, "transition", s.st.upsertTx, append(txValues(tx), ts)...)
-	}
-	b := s.batch(gocql.UnloggedBatch)
-	addIdempotent(b, s.st.upsertTx, append(txValues(tx), ts)...)
-	addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *tryout), ts)...)
-	if err := b.ExecContext(ctx); err != nil {
-		return s.fail("transition", err)
-	}
-	return nil
+	return s.writeTx(ctx, "transition", tx, tryout)
 }
 
 // Tryouts returns a saga's step history ordered by Index.

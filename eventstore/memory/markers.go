@@ -3,7 +3,6 @@ package memory
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -173,7 +172,7 @@ func (s *Store) GetMarker(ctx context.Context, key eventstore.MarkerKey) (events
 			return m, nil
 		}
 	}
-	return eventstore.Marker{}, fmt.Errorf("memory: marker %s/%d/%s/%s: %w", key.TxID, key.Span, key.Kind, key.Site, eventstore.ErrNotFound)
+	return eventstore.Marker{}, eventstore.MarkerNotFound("memory", key)
 }
 
 // DeleteMarker removes one marker.
