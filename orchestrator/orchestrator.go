@@ -108,6 +108,10 @@ type counters struct {
 	started, replies, stale, foreign, commands, deadLettered atomic.Int64
 	completed, compensated, compensationFailed               atomic.Int64
 	retried, restored, disabled, exhausted, abandoned        atomic.Int64
+	// what became of the sagas whose Start failed after a create that
+	// may have landed (failStart), one counter per outcome so that each
+	// is monotonic
+	startsMarked, startsRestorable, startsUnwatched atomic.Int64
 }
 
 // Stats is a snapshot of an orchestrator's counters.
@@ -128,6 +132,16 @@ type Stats struct {
 	// retry policy's last attempt; Abandoned the sagas dropped by
 	// WithFaultInjection.
 	Retried, Restored, Disabled, Exhausted, Abandoned int64
+	// FailedStarts counts the Start calls whose create failed but may have
+	// landed (a timeout, a batch applied in part), so that Start marked
+	// the saga COMPENSATED to keep it from running. FailedStartsUnmarked
+	// counts those whose mark did not land either: such a saga, if its
+	// create landed, is restored by its watchdog and runs although Start
+	// failed (logged at WARN). FailedStartsUnwatched counts those of them
+	// left without a watchdog (it could not be written, or recovery is
+	// off): if its create landed, the saga stays in flight with no command
+	// sent until an admin re-drives it (logged at ERROR with its id).
+	FailedStarts, FailedStartsUnmarked, FailedStartsUnwatched int64
 }
 
 // Awaiting is the number of commands this instance published whose reply
@@ -281,7 +295,7 @@ func (o *Orchestrator[T]) Running() <-chan struct{} { return o.running }
 // Stats returns a snapshot of the counters.
 func (o *Orchestrator[T]) Stats() Stats {
 	c := &o.stats
-	return Stats{
+	st := Stats{
 		Started: c.started.Load(), Replies: c.replies.Load(), StaleReplies: c.stale.Load(), ForeignReplies: c.foreign.Load(),
 		Commands: c.commands.Load(), DeadLettered: c.deadLettered.Load(),
 		Completed: c.completed.Load(), Compensated: c.compensated.Load(),
@@ -289,6 +303,9 @@ func (o *Orchestrator[T]) Stats() Stats {
 		Retried:            c.retried.Load(), Restored: c.restored.Load(), Disabled: c.disabled.Load(),
 		Exhausted: c.exhausted.Load(), Abandoned: c.abandoned.Load(),
 	}
+	marked, restorable, unwatched := c.startsMarked.Load(), c.startsRestorable.Load(), c.startsUnwatched.Load()
+	st.FailedStarts, st.FailedStartsUnmarked, st.FailedStartsUnwatched = marked+restorable+unwatched, restorable+unwatched, unwatched
+	return st
 }
 
 // Run provisions the callback topic (and its dead-letter topic) unless
@@ -471,8 +488,10 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 // failed: ...") so that it never runs. If the store stays unreachable for
 // that too, the saga's watchdog may restore it (logged at WARN with its
 // id), or, if the watchdog could not be written either or recovery is off,
-// it may be left in flight unsent (logged at ERROR). Marking it takes up to
-// 30s more (and 10s for the watchdog), whatever ctx says. An error with an
+// it may be left in flight unsent (logged at ERROR); Stats counts each of
+// these outcomes (FailedStarts). Marking it takes up to 30s more (and 10s
+// for the watchdog), whatever ctx says; a ctx that has already ended when
+// Start is called writes nothing. An error with an
 // id means the saga exists but its first command could not be published:
 // it is parked in RETRY_PENDING for Redrive or, with recovery, the retry
 // node (if even that write failed, its watchdog restores it), so do not
@@ -500,6 +519,11 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) (string, error) {
 	if o.isClosed() {
 		return "", ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing is written for a context that ended before the create:
+		// no saga, no failed-start row.
+		return "", fmt.Errorf("orchestrator: start: %w", err)
 	}
 	if err := o.ensureTopics(ctx); err != nil {
 		return "", err
@@ -631,9 +655,10 @@ const failStartBudget = 30 * time.Second
 // a watchdog that went in the create's own statement (dog) is written
 // again alone, so that a create that landed is restored by the retry node
 // instead of stranded; the saga may then run although Start failed
-// (logged). A create refused before it was sent (its context ended first)
-// leaves the COMPENSATED row too: a saga that never ran, named by its
-// error.
+// (logged). A context that ends while the create is on its way leaves the
+// COMPENSATED row too (the create may have been sent): a saga that never
+// ran, named by its error; Start writes nothing for a context that ended
+// before it. Stats counts each outcome (FailedStarts and the two below it).
 func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transaction, dog *eventstore.RecoveryEntry, cause error) {
 	end := tx
 	end.State, end.Error = eventstore.StateCompensated, "start failed: "+cause.Error()
@@ -668,6 +693,7 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err == nil {
+		o.stats.startsMarked.Add(1)
 		if o.rec != nil && tx.RestorePath != nil {
 			if uerr := o.rec.Unregister(wctx, o.scope, *tx.RestorePath, tx.TxID); uerr != nil {
 				o.logger().Warn("orchestrator: a saga whose Start failed keeps its restore watchdog until a retry node drops it", "tx", tx.TxID, "err", uerr)
@@ -680,10 +706,12 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 		werr = o.store.PutRecoveryEntry(wctx, o.scope, *dog)
 	}
 	if o.rec != nil && werr == nil {
+		o.stats.startsRestorable.Add(1)
 		o.logger().Warn("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga's watchdog restores it and it runs",
 			"tx", tx.TxID, "err", cause, "mark_err", err)
 		return
 	}
+	o.stats.startsUnwatched.Add(1)
 	attrs := []any{"tx", tx.TxID, "err", cause, "mark_err", err}
 	if werr != nil {
 		attrs = append(attrs, "watchdog_err", werr)

@@ -513,6 +513,11 @@ func TestRecoveryPartlyWrittenCreate(t *testing.T) {
 					}
 				}
 				failed := ps.failedOnce(t)
+				st := o.Stats()
+				marked := !c.mode.markFails && !c.mode.stall
+				if st.FailedStarts != 1 || (st.FailedStartsUnmarked == 0) != marked || st.FailedStartsUnwatched != 0 {
+					t.Fatalf("Stats %+v: want one failed start, marked %v, with its watchdog", st, marked)
+				}
 				tx, err := r.store.LoadTransaction(t.Context(), o.Scope(), failed)
 				if err != nil || tx.RestorePath == nil {
 					t.Fatalf("the saga whose create failed %+v, %v: want its row with a restore path", tx, err)
@@ -528,7 +533,7 @@ func TestRecoveryPartlyWrittenCreate(t *testing.T) {
 					}
 					return ids
 				}
-				if !c.mode.markFails && !c.mode.stall {
+				if marked {
 					if ids := watchdogs(); slices.Contains(ids, failed) {
 						t.Fatalf("watchdog bucket %+v still holds the saga marked failed: %v", *tx.RestorePath, ids)
 					}

@@ -83,6 +83,7 @@ func (o *Orchestrator[T]) initTelemetry() error {
 	exhausted := counter(telemetry.MetricStepExhausted, "{step}", "Steps that failed after their retry policy's last attempt.")
 	commands := counter(telemetry.MetricCommandsPublished, "{command}", "Commands published.")
 	replies := counter(telemetry.MetricRepliesReceived, "{reply}", "Replies read from the callback topic, by what was done with them.")
+	startFailed := counter(telemetry.MetricSagaStartFailed, "{saga}", "Start calls whose create failed but may have landed, by what became of the saga.")
 	inFlight, err := m.Int64ObservableUpDownCounter(telemetry.MetricSagaInFlight, metric.WithUnit("{saga}"),
 		metric.WithDescription("Sagas started and not yet finished nor disabled, as this instance counts them."))
 	errs = append(errs, err)
@@ -106,6 +107,10 @@ func (o *Orchestrator[T]) initTelemetry() error {
 	onBase := metric.WithAttributeSet(base)
 	completed, compensated, compFailed := withState(eventstore.StateCompleted), withState(eventstore.StateCompensated), withState(eventstore.StateCompensationFailed)
 	applied, stale, foreign := withReply(telemetry.ReplyApplied), withReply(telemetry.ReplyStale), withReply(telemetry.ReplyForeign)
+	withStart := func(r string) metric.ObserveOption {
+		return metric.WithAttributeSet(attribute.NewSet(append(o.tel.base[:2:2], telemetry.AttrStartResult.String(r))...))
+	}
+	marked, restorable, unwatched := withStart(telemetry.StartMarked), withStart(telemetry.StartRestorable), withStart(telemetry.StartUnwatched)
 	o.tel.reg, err = m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
 		st := o.Stats()
 		ob.ObserveInt64(started, st.Started, onBase)
@@ -121,8 +126,11 @@ func (o *Orchestrator[T]) initTelemetry() error {
 		ob.ObserveInt64(replies, st.Replies, applied)
 		ob.ObserveInt64(replies, st.StaleReplies, stale)
 		ob.ObserveInt64(replies, st.ForeignReplies, foreign)
+		ob.ObserveInt64(startFailed, o.stats.startsMarked.Load(), marked)
+		ob.ObserveInt64(startFailed, o.stats.startsRestorable.Load(), restorable)
+		ob.ObserveInt64(startFailed, o.stats.startsUnwatched.Load(), unwatched)
 		return nil
-	}, started, finished, disabled, inFlight, retried, restored, exhausted, commands, replies)
+	}, started, finished, disabled, inFlight, retried, restored, exhausted, commands, replies, startFailed)
 	if err != nil {
 		return fmt.Errorf("orchestrator: metrics: %w", err)
 	}

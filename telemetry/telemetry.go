@@ -54,6 +54,12 @@ const (
 	// MetricSagaDisabled counts the sagas frozen as DISABLED for outliving
 	// their transaction lifetime ({saga}).
 	MetricSagaDisabled = "stacksaga.saga.disabled"
+	// MetricSagaStartFailed counts the Start calls whose create failed but
+	// may have landed ({saga}; AttrService, AttrDomain, AttrStartResult:
+	// marked, the saga was marked COMPENSATED and never runs; restorable,
+	// not marked, and its watchdog restores it if the create landed;
+	// unwatched, neither, so a create that landed stays in flight unsent).
+	MetricSagaStartFailed = "stacksaga.saga.start_failed"
 	// MetricSagaInFlight is the sagas started and not finished nor
 	// disabled, as this orchestrator instance counts them ({saga}; an
 	// up-down counter: sum it over the instances of a service, as one may
@@ -197,6 +203,10 @@ const (
 	// AttrReplyResult is what the orchestrator did with a reply: applied,
 	// stale (a duplicate or late reply) or foreign (another deployment's).
 	AttrReplyResult = attribute.Key("stacksaga.reply.result")
+	// AttrStartResult is what became of a saga whose Start failed after
+	// its create may have landed: marked, restorable or unwatched (see
+	// MetricSagaStartFailed).
+	AttrStartResult = attribute.Key("stacksaga.start.result")
 	// AttrComponent is "orchestrator" or "worker".
 	AttrComponent = attribute.Key("stacksaga.component")
 	// AttrDeadLetterReason is the reason code of a dead letter (the part of
@@ -211,6 +221,13 @@ const (
 	ReplyApplied = "applied"
 	ReplyStale   = "stale"
 	ReplyForeign = "foreign"
+)
+
+// Attribute values of AttrStartResult.
+const (
+	StartMarked     = "marked"
+	StartRestorable = "restorable"
+	StartUnwatched  = "unwatched"
 )
 
 // DurationBuckets returns the bucket boundaries, in seconds, of StackSaga's
