@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -461,11 +462,8 @@ func (o *Orchestrator[T]) bounded(ctx context.Context, what, txID string, f func
 		if err = f(); err == nil {
 			return
 		}
-		select {
-		case <-ctx.Done():
-			o.logger().Warn("orchestrator: could not "+what+" a finished saga", "tx", txID, "err", err)
-			return
-		case <-time.After(time.Duration(50<<i) * time.Millisecond):
+		if !wait.Sleep(ctx, time.Duration(50<<i)*time.Millisecond) {
+			break
 		}
 	}
 	o.logger().Warn("orchestrator: could not "+what+" a finished saga", "tx", txID, "err", err)

@@ -46,6 +46,7 @@ import (
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -146,10 +147,8 @@ func (o *Orchestrator[T]) handleShared(ctx context.Context, r *kgo.Record) error
 		if !time.Now().Add(claimPoll).Before(deadline) {
 			return fmt.Errorf("%w (%s, claim owner %s, %v left)", errClaimBusy, env.TxID, existing.Owner, existing.TTL)
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Sleep(ctx, claimPoll) {
 			return ctx.Err()
-		case <-time.After(claimPoll):
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 )
 
 // RangeSource is the recovery engine's question "which token range may this
@@ -164,7 +165,7 @@ func (c *Connector) loop(ctx context.Context) {
 		}
 		d := b.next()
 		c.o.log.Warn("ringcoordinator: connector has no slave stream; asking the master again", "master", c.o.master, "err", err, "retry_in", d)
-		if !sleep(ctx, d) {
+		if !wait.Sleep(ctx, d) {
 			return
 		}
 	}

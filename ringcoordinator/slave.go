@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 )
 
 // Slave relays the master's slices to orchestrators: it registers with the
@@ -150,7 +151,7 @@ func (s *Slave) registerLoop(ctx context.Context) {
 		}
 		d := b.next()
 		s.o.log.Warn("ringcoordinator: slave not registered with its master; retrying", "master", s.o.master, "err", err, "retry_in", d)
-		if !sleep(ctx, d) {
+		if !wait.Sleep(ctx, d) {
 			return
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 )
 
 // cycleStart returns the start of the cycle ("minute") containing t.
@@ -36,25 +38,9 @@ func sleepUntil(ctx context.Context, now func() time.Time, t time.Time) bool {
 		if d <= 0 {
 			return ctx.Err() == nil
 		}
-		timer := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !wait.Sleep(ctx, d) {
 			return false
-		case <-timer.C:
 		}
-	}
-}
-
-// sleep waits for d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 )
@@ -635,10 +636,8 @@ func fetchOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.Off
 		if err == nil || !kerr.IsRetriable(err) {
 			return commits, err
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Sleep(ctx, delay) {
 			return commits, err
-		case <-time.After(delay):
 		}
 		delay = min(2*delay, time.Second)
 	}

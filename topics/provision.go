@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 )
 
 // Defaults of Provision.
@@ -131,10 +133,8 @@ func waitReady(ctx context.Context, adm *kadm.Client, names []string) error {
 		} else {
 			last = err
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Sleep(ctx, backoff) {
 			return fmt.Errorf("%w: %v: %w", ErrNotReady, last, ctx.Err())
-		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -633,7 +634,7 @@ func (x *execution) put(cctx context.Context, m eventstore.Marker) error {
 		if err == nil || attempt == 3 || cctx.Err() != nil {
 			return err
 		}
-		if !sleep(cctx, delay) {
+		if !wait.Sleep(cctx, delay) {
 			return err
 		}
 		delay = min(2*delay, x.g.opts.backoffMax)
@@ -679,7 +680,7 @@ func (x *execution) commit(ctx, cctx context.Context, m eventstore.Marker) error
 		if attempt == 3 || cctx.Err() != nil {
 			return err
 		}
-		if !sleep(cctx, delay) {
+		if !wait.Sleep(cctx, delay) {
 			return err
 		}
 		delay = min(2*delay, x.g.opts.backoffMax)
@@ -695,18 +696,6 @@ func (x *execution) lost(ctx context.Context, m eventstore.Marker) {
 		msg = "writeprotect: step ran past its lease and its compensation was meanwhile recorded empty: its effect is NOT compensated"
 	}
 	x.g.log.ErrorContext(ctx, msg, x.logArgs("marker", m.State, "owner", m.Owner)...)
-}
-
-// sleep waits for d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // supersedes reports whether the command is a later attempt of a step
@@ -809,13 +798,8 @@ func (w *waiter) wait(ctx context.Context, m eventstore.Marker) error {
 	w.delay = min(2*w.delay, g.opts.backoffMax)
 	// Wake at the max wait at the latest, to read the marker once more
 	// before giving up.
-	d = max(0, min(d, w.giveUp.Sub(wall)))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !wait.Sleep(ctx, min(d, w.giveUp.Sub(wall))) {
 		return w.x.fail("wait for lease", ctx.Err())
 	}
+	return nil
 }

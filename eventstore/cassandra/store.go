@@ -28,6 +28,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 )
 
 // Option configures New.
@@ -273,15 +274,10 @@ func lwtRetryable(err error) bool {
 // ctx's error.
 func backoff(ctx context.Context, n int) error {
 	d := time.Duration(10<<min(n, 5)) * time.Millisecond
-	d = d/2 + rand.N(d)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !wait.Sleep(ctx, d/2+rand.N(d)) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 // --- value conversion -----------------------------------------------------

@@ -40,6 +40,7 @@ import (
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 	"github.com/stacksaga-go/stacksaga/tracewindow"
 )
 
@@ -500,10 +501,8 @@ func (x *Index) retry(ctx context.Context, f func() error) error {
 		if err = f(); err == nil {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Sleep(ctx, time.Duration(100<<(2*i))*time.Millisecond) {
 			return errors.Join(err, ctx.Err())
-		case <-time.After(time.Duration(100<<(2*i)) * time.Millisecond):
 		}
 	}
 	return err
