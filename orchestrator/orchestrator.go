@@ -31,6 +31,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaloop"
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
@@ -133,14 +134,15 @@ type Stats struct {
 	// WithFaultInjection.
 	Retried, Restored, Disabled, Exhausted, Abandoned int64
 	// FailedStarts counts the Start calls whose create failed but may have
-	// landed (a timeout, a batch applied in part), so that Start marked
-	// the saga COMPENSATED to keep it from running. FailedStartsUnmarked
-	// counts those whose mark did not land either: such a saga, if its
-	// create landed, is restored by its watchdog and runs although Start
-	// failed (logged at WARN). FailedStartsUnwatched counts those of them
-	// left without a watchdog (it could not be written, or recovery is
-	// off): if its create landed, the saga stays in flight with no command
-	// sent until an admin re-drives it (logged at ERROR with its id).
+	// landed (a timeout, a batch applied in part), after which Start tried
+	// to mark the saga COMPENSATED to keep it from running.
+	// FailedStartsUnmarked counts those whose mark did not land either:
+	// such a saga, if its create landed, is restored by its watchdog and
+	// runs although Start failed (logged at WARN), unless it is counted in
+	// FailedStartsUnwatched too: left without a watchdog (it could not be
+	// written, or recovery is off), so that if its create landed it stays
+	// in flight with no command sent until an admin restores it (Restore;
+	// logged at ERROR with its id).
 	FailedStarts, FailedStartsUnmarked, FailedStartsUnwatched int64
 }
 
@@ -520,11 +522,6 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 	if o.isClosed() {
 		return "", ErrClosed
 	}
-	if err := ctx.Err(); err != nil {
-		// Nothing is written for a context that ended before the create:
-		// no saga, no failed-start row.
-		return "", fmt.Errorf("orchestrator: start: %w", err)
-	}
 	if err := o.ensureTopics(ctx); err != nil {
 		return "", err
 	}
@@ -563,6 +560,11 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 		if span.IsRecording() {
 			span.SetAttributes(telemetry.AttrDomain.String(o.domain.Name), telemetry.AttrTxID.String(txID), telemetry.AttrSagaState.String(string(tx.State)))
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing is written for a context that ended before the create:
+		// no saga, no failed-start row.
+		return "", fmt.Errorf("orchestrator: start: %w", err)
 	}
 	// No lock: the saga is persisted before its first command exists, so
 	// no reply can race with this.
@@ -664,32 +666,7 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 	end.State, end.Error = eventstore.StateCompensated, "start failed: "+cause.Error()
 	end.Kind, end.Endpoint, end.Attempt = "", "", 0 // the step was never sent
 	end.Version++
-	budget := failStartBudget
-	if o.rec != nil {
-		budget = min(budget, o.restoreAfter/2-o.cfg.now().Sub(tx.UpdatedAt))
-	}
-	noTime := errors.New("no time left before a retry node could restore the saga")
-	err := noTime
-	if budget > 0 {
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
-		for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-			end.UpdatedAt = o.cfg.now()
-			if o.rec != nil && end.UpdatedAt.Sub(tx.UpdatedAt) >= o.restoreAfter/2 {
-				err = noTime // the orchestrator's clock (WithClock) moved on
-				break
-			}
-			if err = o.store.Transition(mctx, end, nil); err == nil || !mayHaveLanded(err) {
-				break
-			}
-			select {
-			case <-mctx.Done():
-			case <-time.After(wait):
-				continue
-			}
-			break
-		}
-		cancel()
-	}
+	err := o.markStartFailed(ctx, tx.UpdatedAt, end)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err == nil {
@@ -717,6 +694,30 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 		attrs = append(attrs, "watchdog_err", werr)
 	}
 	o.logger().Error("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga may stay in flight without its first command and without a watchdog", attrs...)
+}
+
+// markStartFailed writes end, a saga created at created marked failed,
+// again with backoff while the write may have failed without landing, for
+// at most failStartBudget and only while no retry node could restore the
+// saga (half the restore delay after its create, on the orchestrator's
+// clock).
+func (o *Orchestrator[T]) markStartFailed(ctx context.Context, created time.Time, end eventstore.Transaction) error {
+	budget := failStartBudget
+	if o.rec != nil {
+		budget = min(budget, o.restoreAfter/2-o.cfg.now().Sub(created))
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+	defer cancel()
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		end.UpdatedAt = o.cfg.now()
+		if o.rec != nil && end.UpdatedAt.Sub(created) >= o.restoreAfter/2 {
+			return errors.New("no time left before a retry node could restore the saga")
+		}
+		err := o.store.Transition(mctx, end, nil)
+		if err == nil || !mayHaveLanded(err) || !wait.Sleep(mctx, delay) {
+			return err
+		}
+	}
 }
 
 // parkUnsent handles a command that could not be published after its saga

@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -47,7 +48,7 @@ func TestStartWithEndedContextWritesNothing(t *testing.T) {
 	store := &countingStore{Store: mem}
 	o, err := orchestrator.New("orders", orchestrator.Domain[order]{Name: "ended-ctx", OnNext: orchestrator.Sequence[order](
 		orchestrator.Step{Service: "stock", Endpoint: "reserve"})},
-		orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store))
+		orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store), orchestrator.WithoutRecovery())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,44 +72,87 @@ func TestStartWithEndedContextWritesNothing(t *testing.T) {
 	}
 }
 
-// A create that fails but may have landed, without recovery and with the
-// store refusing the mark too, leaves a saga that nothing restores: Start
-// fails, and Stats and the start_failed metric count it as unwatched (not
-// as marked), so an operator can alert on it.
-func TestFailedStartUnwatchedIsCounted(t *testing.T) {
-	brokers := newCluster(t)
-	mem := memory.New()
-	defer mem.Close()
-	ps := &partialStore{Store: mem, partialMode: partialMode{plain: true, markFails: true}}
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	dom := orchestrator.Domain[order]{Name: "unwatched", OnNext: orchestrator.Sequence[order](
-		orchestrator.Step{Service: "stock", Endpoint: "reserve"})}
-	o, err := orchestrator.New("orders", dom, orchestrator.WithBrokers(brokers...), orchestrator.WithStore(ps),
-		orchestrator.WithoutRecovery(), orchestrator.WithMeterProvider(mp),
-		orchestrator.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
+// Each result of a Start whose create failed but may have landed is
+// counted, in Stats and in the start_failed metric by result: marked (the
+// saga marked COMPENSATED), restorable (not marked, its watchdog written)
+// and unwatched (neither: with recovery, its watchdog write failed; without
+// recovery there is none).
+func TestFailedStartsAreCounted(t *testing.T) {
+	cases := []struct {
+		name     string
+		mode     partialMode
+		recovery bool
+		result   string
+	}{
+		{"Marked", partialMode{watched: true, landAll: true}, true, telemetry.StartMarked},
+		{"Restorable", partialMode{watched: true, markFails: true}, true, telemetry.StartRestorable},
+		{"UnwatchedWithRecovery", partialMode{watched: true, markFails: true, dogFails: true}, true, telemetry.StartUnwatched},
+		{"UnwatchedWithoutRecovery", partialMode{plain: true, markFails: true}, false, telemetry.StartUnwatched},
 	}
-	defer o.Close()
-	if txID, err := o.Start(t.Context(), order{ID: "o1"}); txID != "" || err == nil || !strings.Contains(err.Error(), "coordinator lost mid-batch") {
-		t.Fatalf("Start = %q, %v; want the create's error and no id", txID, err)
-	}
-	failed := ps.failedOnce(t)
-	if tx, err := mem.LoadTransaction(t.Context(), o.Scope(), failed); err != nil || tx.State != eventstore.StateStarted {
-		t.Fatalf("the saga whose create landed: %+v, %v; want it STARTED (the mark was refused)", tx, err)
-	}
-	st := o.Stats()
-	if st.FailedStarts != 1 || st.FailedStartsUnmarked != 1 || st.FailedStartsUnwatched != 1 || st.Started != 0 {
-		t.Fatalf("Stats %+v: want one failed start, unmarked and unwatched, none started", st)
-	}
-	ms := metrictest.Collect(t, reader)
-	result := func(r string) []attribute.KeyValue {
-		return []attribute.KeyValue{telemetry.AttrDomain.String(dom.Name), telemetry.AttrStartResult.String(r)}
-	}
-	for r, want := range map[string]float64{telemetry.StartUnwatched: 1, telemetry.StartMarked: 0, telemetry.StartRestorable: 0} {
-		if got := metrictest.Total(ms[telemetry.MetricSagaStartFailed], result(r)...); got != want {
-			t.Errorf("%s{%s} = %v, want %v", telemetry.MetricSagaStartFailed, r, got, want)
-		}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			brokers := newCluster(t)
+			ensureTopics(t, brokers, topics.CommandTopic("stock"))
+			mem := memory.New()
+			defer mem.Close()
+			ps := &partialStore{Store: mem, partialMode: c.mode}
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			dom := orchestrator.Domain[order]{Name: "failed-starts", OnNext: orchestrator.Sequence[order](
+				orchestrator.Step{Service: "stock", Endpoint: "reserve"})}
+			opts := []orchestrator.Option{orchestrator.WithBrokers(brokers...), orchestrator.WithStore(ps),
+				orchestrator.WithMeterProvider(mp), orchestrator.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+			if c.recovery {
+				opts = append(opts, orchestrator.WithRecovery(recoveryCfg(t)))
+			} else {
+				opts = append(opts, orchestrator.WithoutRecovery())
+			}
+			o, err := orchestrator.New("orders", dom, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Close()
+			// With recovery the first saga of the window's bucket writes its
+			// watchdog first, and its create succeeds; the second goes
+			// through the batch, which fails.
+			starts := 1
+			if c.mode.watched {
+				starts = 2
+			}
+			for i := range starts {
+				txID, err := o.Start(t.Context(), order{ID: fmt.Sprint(i)})
+				if i < starts-1 {
+					if err != nil {
+						t.Fatalf("Start %d: %v", i, err)
+					}
+					continue
+				}
+				if txID != "" || err == nil || !strings.Contains(err.Error(), "coordinator lost mid-batch") {
+					t.Fatalf("Start = %q, %v; want the create's error and no id", txID, err)
+				}
+			}
+			failed := ps.failedOnce(t)
+			wantState := eventstore.StateStarted // the mark was refused
+			if c.result == telemetry.StartMarked {
+				wantState = eventstore.StateCompensated
+			}
+			if tx, err := mem.LoadTransaction(t.Context(), o.Scope(), failed); err != nil || tx.State != wantState {
+				t.Fatalf("the saga whose create landed: %+v, %v; want it %s", tx, err, wantState)
+			}
+			want := map[string]int64{telemetry.StartMarked: 0, telemetry.StartRestorable: 0, telemetry.StartUnwatched: 0}
+			want[c.result] = 1
+			st := o.Stats()
+			if st.FailedStarts != 1 || st.FailedStartsUnmarked != want[telemetry.StartRestorable]+want[telemetry.StartUnwatched] ||
+				st.FailedStartsUnwatched != want[telemetry.StartUnwatched] || st.Started != int64(starts-1) {
+				t.Fatalf("Stats %+v: want one failed start, %s", st, c.result)
+			}
+			ms := metrictest.Collect(t, reader)
+			for r, n := range want {
+				match := []attribute.KeyValue{telemetry.AttrDomain.String(dom.Name), telemetry.AttrStartResult.String(r)}
+				if got := metrictest.Total(ms[telemetry.MetricSagaStartFailed], match...); got != float64(n) {
+					t.Errorf("%s{%s} = %v, want %v", telemetry.MetricSagaStartFailed, r, got, n)
+				}
+			}
+		})
 	}
 }

@@ -31,7 +31,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithMeterProvider makes the orchestrator report its metrics through mp:
 // the sagas started, finished (by state) and in flight, the step latency by
-// endpoint and outcome, retries, restores, replies and dead letters (see
+// endpoint and outcome, retries, restores, replies, dead letters and the
+// Starts that failed after a create that may have landed, by result (see
 // the telemetry.Metric* names), and the Kafka client metrics of its
 // producer and consumer (telemetry.KafkaMetrics). Counters are read from
 // Stats when collected, so they cost nothing per saga. Default: no

@@ -165,6 +165,12 @@ func checkDemoMetrics(t *testing.T, res result, fams map[string]*dto.MetricFamil
 	eq("finished COMPENSATED", sum(fams, "stacksaga_saga_finished_total", with("stacksaga_saga_state", "COMPENSATED")), float64(res.compensated))
 	eq("finished COMPENSATION_FAILED", sum(fams, "stacksaga_saga_finished_total", with("stacksaga_saga_state", "COMPENSATION_FAILED")), float64(res.compensationFailed))
 	eq("stacksaga_saga_in_flight", sum(fams, "stacksaga_saga_in_flight", d), float64(res.stuck))
+	// No Start failed (the demo stops at the first that does), and the
+	// family is there to alert on.
+	if fams["stacksaga_saga_start_failed_total"] == nil {
+		t.Errorf("no stacksaga_saga_start_failed_total (families: %s)", familyNames(fams))
+	}
+	eq("stacksaga_saga_start_failed_total", sum(fams, "stacksaga_saga_start_failed_total", d), 0)
 	// Every step result applied is one observation of the step latency:
 	// 3 forward steps per saga, 2 compensations more for those that
 	// compensate (the shipping step, the last, fails).
