@@ -135,7 +135,8 @@ type Stats struct {
 	Retried, Restored, Disabled, Exhausted, Abandoned int64
 	// FailedStarts counts the Start calls whose create failed but may have
 	// landed (a timeout, a batch applied in part), after which Start tried
-	// to mark the saga COMPENSATED to keep it from running.
+	// (or, too late to, did not try) to mark the saga COMPENSATED to keep
+	// it from running.
 	// FailedStartsUnmarked counts those whose mark did not land either:
 	// such a saga, if its create landed, is restored by its watchdog and
 	// runs although Start failed (logged at WARN), unless it is counted in
@@ -696,6 +697,10 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 	o.logger().Error("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga may stay in flight without its first command and without a watchdog", attrs...)
 }
 
+// errNoTimeToMark is markStartFailed's error when a retry node could
+// restore the saga before the mark lands.
+var errNoTimeToMark = errors.New("no time left before a retry node could restore the saga")
+
 // markStartFailed writes end, a saga created at created marked failed,
 // again with backoff while the write may have failed without landing, for
 // at most failStartBudget and only while no retry node could restore the
@@ -706,12 +711,15 @@ func (o *Orchestrator[T]) markStartFailed(ctx context.Context, created time.Time
 	if o.rec != nil {
 		budget = min(budget, o.restoreAfter/2-o.cfg.now().Sub(created))
 	}
+	if budget <= 0 {
+		return errNoTimeToMark
+	}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		end.UpdatedAt = o.cfg.now()
 		if o.rec != nil && end.UpdatedAt.Sub(created) >= o.restoreAfter/2 {
-			return errors.New("no time left before a retry node could restore the saga")
+			return errNoTimeToMark
 		}
 		err := o.store.Transition(mctx, end, nil)
 		if err == nil || !mayHaveLanded(err) || !wait.Sleep(mctx, delay) {

@@ -100,7 +100,8 @@ func TestFailedStartsAreCounted(t *testing.T) {
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			dom := orchestrator.Domain[order]{Name: "failed-starts", OnNext: orchestrator.Sequence[order](
 				orchestrator.Step{Service: "stock", Endpoint: "reserve"})}
-			opts := []orchestrator.Option{orchestrator.WithBrokers(brokers...), orchestrator.WithStore(ps),
+			// A fake clock keeps both Starts in one recovery window.
+			opts := []orchestrator.Option{orchestrator.WithBrokers(brokers...), orchestrator.WithStore(ps), orchestrator.WithClock(newFakeClock().now),
 				orchestrator.WithMeterProvider(mp), orchestrator.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
 			if c.recovery {
 				opts = append(opts, orchestrator.WithRecovery(recoveryCfg(t)))

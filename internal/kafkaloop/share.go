@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 )
 
 // Share mode: RunShare consumes as a member of a Kafka share group
@@ -293,12 +295,8 @@ func WaitShareMember(ctx context.Context, cl *kgo.Client, group, clientID, topic
 				}
 			}
 		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !wait.Sleep(ctx, interval) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }

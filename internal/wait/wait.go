@@ -18,7 +18,7 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return ctx.Err() == nil // it may have ended at the same moment
 	case <-ctx.Done():
 		return false
 	}
