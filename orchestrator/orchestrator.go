@@ -668,17 +668,13 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 	end.Kind, end.Endpoint, end.Attempt = "", "", 0 // the step was never sent
 	end.Version++
 	err := o.markStartFailed(ctx, tx.UpdatedAt, end)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
 	if err == nil {
 		o.stats.startsMarked.Add(1)
-		if o.rec != nil && tx.RestorePath != nil {
-			if uerr := o.rec.Unregister(wctx, o.scope, *tx.RestorePath, tx.TxID); uerr != nil {
-				o.logger().Warn("orchestrator: a saga whose Start failed keeps its restore watchdog until a retry node drops it", "tx", tx.TxID, "err", uerr)
-			}
-		}
+		o.cleanUp(ctx, &end) // the saga is terminal: as any that ends
 		return
 	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	var werr error
 	if dog != nil {
 		werr = o.store.PutRecoveryEntry(wctx, o.scope, *dog)
