@@ -2,8 +2,10 @@ package topics
 
 import (
 	"encoding/binary"
+	"hash/maphash"
 	"math"
 	"sort"
+	"sync/atomic"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -338,6 +340,44 @@ func (r *reader) string() (string, bool) {
 	return string(s), ok
 }
 
+// name reads a string value that takes few distinct values in a process (a
+// region, a service, a domain, an endpoint, a reply topic): it is shared
+// with the earlier decodes of the same bytes instead of allocated again.
+func (r *reader) name() (string, bool) {
+	s, ok := r.strOrNil()
+	return intern(s), ok
+}
+
+// names is intern's table: a slot per hash of a name, holding the last
+// name that hashed there. It is bounded (a name that takes many values
+// only evicts others, costing the allocation intern saves) and lock-free
+// (a slot is replaced whole; strings are immutable).
+var (
+	names     [512]atomic.Pointer[string]
+	namesSeed = maphash.MakeSeed()
+)
+
+// internMax: longer values are copied as usual.
+const internMax = 64
+
+// intern returns b as a string, the one in names when it holds the same
+// bytes. The result never aliases b.
+func intern(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > internMax {
+		return string(b)
+	}
+	slot := &names[maphash.Bytes(namesSeed, b)%uint64(len(names))]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
+}
+
 // nil moves past a nil value and reports whether there was one.
 func (r *reader) nil() bool {
 	if r.i < len(r.b) && r.b[r.i] == codeNil {
@@ -517,13 +557,13 @@ func (r *reader) field(e *Envelope, key []byte) bool {
 		s, ok = r.known(string(TypeCommand), string(TypeReply))
 		e.Type = Type(s)
 	case keyRegion:
-		e.Region, ok = r.string()
+		e.Region, ok = r.name()
 	case keyCluster:
-		e.Cluster, ok = r.string()
+		e.Cluster, ok = r.name()
 	case keyService:
-		e.Service, ok = r.string()
+		e.Service, ok = r.name()
 	case keyDomain:
-		e.Domain, ok = r.string()
+		e.Domain, ok = r.name()
 	case keyTx:
 		e.TxID, ok = r.string()
 	case keySpan:
@@ -534,14 +574,14 @@ func (r *reader) field(e *Envelope, key []byte) bool {
 		s, ok = r.known(string(KindProcess), string(KindRevert))
 		e.Kind = Kind(s)
 	case keyEndpoint:
-		e.Endpoint, ok = r.string()
+		e.Endpoint, ok = r.name()
 	case keyIKey:
 		e.IdempotencyKey, ok = r.string()
 	case keyAttempt:
 		n, ok = r.int()
 		e.Attempt = int(n)
 	case keyReplyTo:
-		e.ReplyTo, ok = r.string()
+		e.ReplyTo, ok = r.name()
 	case keyActionDone:
 		var c byte
 		c, ok = r.byte()

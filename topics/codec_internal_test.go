@@ -3,6 +3,7 @@ package topics
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"reflect"
 	"strings"
@@ -201,4 +202,61 @@ func FuzzDecodeMatchesReflection(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkDecode(t, b)
 	})
+}
+
+// TestDecodedNamesDoNotAliasTheRecord proves that the strings Decode shares
+// between envelopes (intern) are copies: a consumer may reuse the record's
+// buffer after decoding, and two envelopes decoded from different bytes
+// never see each other's values, even in one intern slot.
+func TestDecodedNamesDoNotAliasTheRecord(t *testing.T) {
+	e := codecCases()[0]
+	e.Version = EnvelopeVersion
+	b := appendEnvelope(nil, e)
+	var got Envelope
+	if !decodeEnvelope(b, &got) {
+		t.Fatal("fast path refused its own encoding")
+	}
+	for i := range b {
+		b[i] = 'z'
+	}
+	if got.Region != "eu" || got.Service != "order-service" || got.Domain != "order" || got.Endpoint != "charge" ||
+		got.ReplyTo != "stacksaga.order.callback" {
+		t.Fatalf("decoded names changed with the record's buffer: %+v", got)
+	}
+
+	// Names that share a slot: each decode still returns its own bytes.
+	slotOf := func(s string) uint64 { return maphash.String(namesSeed, s) % uint64(len(names)) }
+	first := "endpoint-0"
+	var second string
+	for i := 1; second == ""; i++ {
+		if c := fmt.Sprintf("endpoint-%d", i); slotOf(c) == slotOf(first) {
+			second = c
+		}
+	}
+	for range 3 {
+		for _, want := range []string{first, second} {
+			if s := intern([]byte(want)); s != want {
+				t.Fatalf("intern(%q) = %q", want, s)
+			}
+		}
+	}
+	long := strings.Repeat("n", internMax+1)
+	if s := intern([]byte(long)); s != long {
+		t.Fatalf("intern of a long name = %q", s)
+	}
+}
+
+// TestDecodeSharesNames proves the point of intern: decoding an envelope
+// whose names were seen before allocates none of them again.
+func TestDecodeSharesNames(t *testing.T) {
+	e := &Envelope{Version: EnvelopeVersion, Type: TypeCommand, Region: "eu", Cluster: "c1", Service: "order-service",
+		Domain: "order", TxID: "tx-1", Kind: KindProcess, Endpoint: "charge", IdempotencyKey: "tx-1:0:process", Attempt: 1,
+		ReplyTo: "stacksaga.order.callback"}
+	b := appendEnvelope(nil, e)
+	var got Envelope
+	decodeEnvelope(b, &got) // the first decode allocates the names
+	// What is left: TxID and IdempotencyKey, which differ per saga.
+	if n := testing.AllocsPerRun(100, func() { got = Envelope{}; decodeEnvelope(b, &got) }); n > 2 {
+		t.Errorf("decoding a known envelope allocates %.0f times, want 2 (tx and ikey)", n)
+	}
 }

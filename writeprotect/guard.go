@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/stack"
 	"github.com/stacksaga-go/stacksaga/internal/wait"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
@@ -591,6 +592,7 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 	x.written = make(chan struct{})
 	go func() {
 		defer close(x.written)
+		stack.Grow() // a fresh goroutine, about to go through the driver
 		x.record(ctx, m, leased, retryable)
 	}()
 	return reply

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -39,6 +40,9 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 		}
 	}
 	runID := randomID()
+	if o.fresh {
+		o.keyspace += "_" + runID
+	}
 	var cass *cassandra.Store
 	var floorCQL *floorSession
 	defer func() {
@@ -47,6 +51,13 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 		}
 		if floorCQL != nil {
 			floorCQL.close()
+		}
+		if o.fresh && rep.Keyspace != "" {
+			if err := dropKeyspace(o); err != nil {
+				progress("could not drop keyspace %s: %v", o.keyspace, err)
+			} else {
+				progress("dropped keyspace %s", o.keyspace)
+			}
 		}
 	}()
 	for _, spec := range cells {
@@ -70,6 +81,10 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 		}
 		if spec.Cassandra && cass == nil {
 			var err error
+			rep.Keyspace = o.keyspace
+			if o.fresh {
+				progress("fresh keyspace %s, dropped at the end", o.keyspace)
+			}
 			if cass, err = openStore(ctx, o); err != nil {
 				return nil, err
 			}
@@ -282,6 +297,27 @@ func openStore(ctx context.Context, o options) (*cassandra.Store, error) {
 		return nil, fmt.Errorf("cassandra store: %w", err)
 	}
 	return s, nil
+}
+
+// maxKeyspace is the longest keyspace name Cassandra accepts.
+const maxKeyspace = 48
+
+// dropKeyspace drops o.keyspace, the --fresh run's own (its tables hold
+// nothing but this run's sagas).
+func dropKeyspace(o options) error {
+	cl := gocql.NewCluster(splitList(o.cassandra)...)
+	cl.Consistency = gocql.One
+	cl.Timeout = time.Minute // a schema change on a busy node
+	cl.ConnectTimeout = 10 * time.Second
+	cl.Logger = gocql.NewLogger(gocql.LogLevelNone)
+	s, err := cl.CreateSession()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return s.Query("DROP KEYSPACE IF EXISTS " + o.keyspace).ExecContext(ctx)
 }
 
 // frameworkTopics lists the topics the framework provisions for names.

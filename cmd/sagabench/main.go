@@ -60,13 +60,16 @@ type options struct {
 	kafka     string
 	cassandra string
 	keyspace  string
-	json      bool
-	noFloor   bool
-	timeout   time.Duration
-	quiet     bool
-	verbose   bool
-	cpuprof   string
-	memprof   string
+	// fresh: the Cassandra cells run in a keyspace of their own, keyspace
+	// plus the run's id, dropped at the end.
+	fresh   bool
+	json    bool
+	noFloor bool
+	timeout time.Duration
+	quiet   bool
+	verbose bool
+	cpuprof string
+	memprof string
 	// rounds is how many framework/floor pairs measure each cell (the
 	// framework runs once with noFloor).
 	rounds int
@@ -91,6 +94,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; unset: embedded cells only)")
 	fs.StringVar(&o.cassandra, "cassandra", os.Getenv("CASSANDRA_HOSTS"), "Cassandra contact points, comma-separated (default $CASSANDRA_HOSTS; unset: no Cassandra cells)")
 	fs.StringVar(&o.keyspace, "keyspace", "stacksaga_bench", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
+	fs.BoolVar(&o.fresh, "fresh", false, "run the Cassandra cells in a new keyspace, --keyspace plus \"_\" and the run's id, and drop it at the end, so that rows and compaction left by earlier runs do not weigh on this one's figures (a cluster with auto_snapshot keeps a snapshot of it)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of a table")
 	fs.BoolVar(&o.noFloor, "no-floor", false, "measure the framework only")
 	fs.IntVar(&o.rounds, "rounds", 3, "framework/floor pairs per cell, alternating which runs first; the row shows the median round's (with --no-floor the framework runs once)")
@@ -122,6 +126,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.telemetry > 1 {
 		errs = append(errs, errors.New("--telemetry must be a fraction from 0 to 1 (negative: off)"))
+	}
+	if o.fresh && len(o.keyspace)+1+len(randomID()) > maxKeyspace {
+		errs = append(errs, fmt.Errorf("--keyspace %q is too long for --fresh, which adds 7 characters (Cassandra's limit is %d)", o.keyspace, maxKeyspace))
 	}
 	if o.cassandra != "" && o.kafka == "" {
 		errs = append(errs, errors.New("--cassandra needs --kafka: the Cassandra cells run on real Kafka"))

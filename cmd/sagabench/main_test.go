@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -549,5 +550,55 @@ func TestSpanCounterCountsWhatTheBatcherDrops(t *testing.T) {
 	}
 	if got := [3]int64{c.spans.Load(), c.roots.Load(), c.attrs.Load()}; got != [3]int64{1000, 500, 1000} {
 		t.Errorf("spans, roots, attributes = %v, want [1000 500 1000]", got)
+	}
+}
+
+// --fresh runs the Cassandra cells in a keyspace of their own and drops it
+// at the end: nothing of the run is left on the node.
+func TestFreshKeyspaceIsDropped(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	hosts := testenv.CassandraHosts(t)
+	prefix := "fresh_" + randomID()
+	r := decode(t, runBench(t, "--json", "--fresh", "--no-floor", "--sagas", "10", "--warmup", "2", "--cells", "cassandra-relaxed-c1",
+		"--kafka", strings.Join(brokers, ","), "--cassandra", strings.Join(hosts, ","), "--keyspace", prefix, "--timeout", "2m"))
+	if c := r.Cells[0]; c.Error != "" || c.Skipped != "" || c.Framework.Sagas != 10 {
+		t.Fatalf("cell: error %q, skipped %q, %d of 10 completed", c.Error, c.Skipped, c.Framework.Sagas)
+	}
+	if !strings.HasPrefix(r.Keyspace, prefix+"_") || len(r.Keyspace) != len(prefix)+7 {
+		t.Fatalf("the run's keyspace is %q, want %s_ and its id", r.Keyspace, prefix)
+	}
+	cl := gocql.NewCluster(hosts...)
+	cl.Timeout = time.Minute
+	s, err := cl.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var names []string
+	iter := s.Query("SELECT keyspace_name FROM system_schema.keyspaces").Iter()
+	for name := ""; iter.Scan(&name); {
+		names = append(names, name)
+	}
+	if err := iter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) {
+			t.Errorf("keyspace %s is left after the run", n)
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no keyspaces listed")
+	}
+}
+
+func TestFreshRefusesALongKeyspace(t *testing.T) {
+	var stderr bytes.Buffer
+	_, err := parse([]string{"--fresh", "--keyspace", strings.Repeat("k", 42)}, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--keyspace") {
+		t.Fatalf("parse: %v, want an error naming --keyspace", err)
+	}
+	if _, err := parse([]string{"--fresh", "--keyspace", strings.Repeat("k", 41)}, &stderr); err != nil {
+		t.Fatalf("a 41-character keyspace: %v", err)
 	}
 }

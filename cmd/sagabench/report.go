@@ -21,6 +21,7 @@ type report struct {
 	GOMAXPROCS int           `json:"gomaxprocs"`
 	Kafka      string        `json:"kafka,omitempty"`
 	Cassandra  string        `json:"cassandra,omitempty"`
+	Keyspace   string        `json:"keyspace,omitempty"` // the Cassandra cells' (with --fresh, the run's own, dropped at the end)
 	LoadStart  [3]float64    `json:"load_start"`
 	LoadEnd    [3]float64    `json:"load_end"`
 	Cells      []*cellResult `json:"cells"`

@@ -2,11 +2,12 @@ package kafkaloop
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/internal/stack"
 )
 
 type tp struct {
@@ -212,31 +213,19 @@ func (l *loop) scheduleLocked() {
 	}
 }
 
-// worker runs e, then every record handed to it, until shutdown.
+// worker runs e, then every record handed to it, until shutdown. Its
+// stack is grown before a record's handler runs whenever a garbage
+// collection may have shrunk it while it waited (see package stack): a
+// handler's store round trip would otherwise grow it back midway through
+// a driver call, about a tenth of the process's CPU at concurrency 64 on
+// Cassandra.
 func (l *loop) worker(e *entry) {
 	defer l.pool.Done()
+	var room stack.Keeper
 	for ok := true; ok; e, ok = <-l.idle {
-		growStack()
+		room.Ensure()
 		l.run(e)
 	}
-}
-
-// handlerStack is the stack a handler is given room for before it runs: a
-// store round trip through gocql, or a produce through kgo, goes this deep.
-const handlerStack = 8 << 10
-
-// growStack makes room for a handler's stack while the goroutine has only
-// two frames. An idle pool goroutine's stack is halved by every garbage
-// collection that finds it shallow; without this, the next handler would
-// grow it back midway through a driver call, copying and adjusting every
-// frame above it (about a tenth of the process's CPU at concurrency 64 on
-// Cassandra). kgo and CockroachDB grow their workers' stacks the same way.
-//
-//go:noinline
-func growStack() {
-	var b [handlerStack]byte
-	b[0] = 1
-	runtime.KeepAlive(&b)
 }
 
 // settleLocked ends the run of e, its key's head.
