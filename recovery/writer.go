@@ -160,7 +160,8 @@ func (w *Writer) RegisterRetry(ctx context.Context, scope eventstore.Scope, txID
 	if delayWindows < 1 {
 		delayWindows = w.cfg.RetryPolicy(domain, "").DelayWindows
 	}
-	return w.register(ctx, scope, txID, domain, 0, delayWindows, 1)
+	path, _, err := w.register(ctx, scope, txID, domain, 0, delayWindows, nil)
+	return path, err
 }
 
 // RegisterRestore registers the restore watchdog of saga txID of domain in
@@ -168,7 +169,8 @@ func (w *Writer) RegisterRetry(ctx context.Context, scope eventstore.Scope, txID
 // its path, to be stored as the saga's RestorePath and passed to
 // Unregister when the saga reaches a terminal state.
 func (w *Writer) RegisterRestore(ctx context.Context, scope eventstore.Scope, txID, domain string) (eventstore.RecoveryPath, error) {
-	return w.register(ctx, scope, txID, domain, 1, w.cfg.RestoreDelay(domain), 1)
+	path, _, err := w.register(ctx, scope, txID, domain, 1, w.cfg.RestoreDelay(domain), nil)
+	return path, err
 }
 
 // RegisterRestoreVia is RegisterRestore for a caller that writes the
@@ -190,41 +192,7 @@ func (w *Writer) RegisterRestore(ctx context.Context, scope eventstore.Scope, tx
 // ErrLate means write succeeded and only registering again failed (or was
 // late too): the caller's writes have landed; any other error is write's.
 func (w *Writer) RegisterRestoreVia(ctx context.Context, scope eventstore.Scope, txID, domain string, write func(context.Context, eventstore.RecoveryEntry) error) (path eventstore.RecoveryPath, via bool, err error) {
-	if write == nil {
-		path, err = w.RegisterRestore(ctx, scope, txID, domain)
-		return path, false, err
-	}
-	delay := w.delay(w.cfg.RestoreDelay(domain))
-	target, b, e := w.slot(scope, txID, domain, 1, delay)
-	b.mu.Lock()
-	via = b.written
-	b.mu.Unlock()
-	if via {
-		err = write(ctx, e)
-	} else {
-		err = w.write(ctx, scope, b, e)
-	}
-	if err != nil {
-		return eventstore.RecoveryPath{}, via, fmt.Errorf("recovery: register restore %s in %v: %w", txID, target, err)
-	}
-	w.registrations.Add(1)
-	if via {
-		w.writes.Add(1)
-	}
-	if w.now().Before(target.Start) {
-		return e.RecoveryPath, via, nil
-	}
-	w.late.Add(1)
-	w.log.Warn("recovery: registration completed after its window started; registering again",
-		"tx", txID, "kind", "restore", "window", target.String())
-	if !via {
-		path, err = w.register(ctx, scope, txID, domain, 1, delay, 2)
-		return path, false, err
-	}
-	if _, err = w.register(ctx, scope, txID, domain, 1, delay, 2); err != nil && !errors.Is(err, ErrLate) {
-		err = fmt.Errorf("%w: %s's watchdog, written late with its saga, not registered again: %w", ErrLate, txID, err)
-	}
-	return e.RecoveryPath, true, err
+	return w.register(ctx, scope, txID, domain, 1, w.cfg.RestoreDelay(domain), write)
 }
 
 // Unregister deletes the row of txID at path (a restore watchdog when its
@@ -248,7 +216,8 @@ func (w *Writer) reregister(ctx context.Context, scope eventstore.Scope, e event
 		if delayWindows < 1 {
 			delayWindows = w.cfg.RestoreDelay(e.Domain)
 		}
-		return w.register(ctx, scope, e.TxID, e.Domain, 1, delayWindows, 1)
+		path, _, err := w.register(ctx, scope, e.TxID, e.Domain, 1, delayWindows, nil)
+		return path, err
 	}
 	return w.RegisterRetry(ctx, scope, e.TxID, e.Domain, delayWindows)
 }
@@ -259,26 +228,52 @@ func (w *Writer) delay(windows int) int {
 }
 
 // register writes a row of txID delay windows ahead, in a bucket of parity
-// (1: restore), again in a later window while the write completes late:
-// attempts first..lateAttempts.
-func (w *Writer) register(ctx context.Context, scope eventstore.Scope, txID, domain string, parity, delay, first int) (eventstore.RecoveryPath, error) {
+// (1: restore), again in a later window while the write completes late, up
+// to lateAttempts rows. The first row goes through via, when not nil and
+// its bucket has its keys already (see RegisterRestoreVia, whose results
+// register returns: the path is then that row's whatever follows, and an
+// error after it wraps ErrLate); every other row is the writer's own.
+func (w *Writer) register(ctx context.Context, scope eventstore.Scope, txID, domain string, parity, delay int, via func(context.Context, eventstore.RecoveryEntry) error) (path eventstore.RecoveryPath, viaUsed bool, err error) {
 	kind := "retry"
 	if parity == 1 {
 		kind = "restore"
 	}
 	delay = w.delay(delay)
-	for attempt := first; ; attempt++ {
+	for attempt := 1; ; attempt++ {
 		target, b, e := w.slot(scope, txID, domain, parity, delay)
-		if err := w.write(ctx, scope, b, e); err != nil {
-			return eventstore.RecoveryPath{}, fmt.Errorf("recovery: register %s %s in %v: %w", kind, txID, target, err)
+		if attempt == 1 && via != nil {
+			b.mu.Lock()
+			viaUsed = b.written
+			b.mu.Unlock()
+		}
+		if attempt == 1 && viaUsed {
+			err = via(ctx, e)
+		} else {
+			err = w.write(ctx, scope, b, e)
+		}
+		switch {
+		case err != nil && viaUsed && attempt > 1:
+			if !errors.Is(err, ErrLate) {
+				err = fmt.Errorf("%w: %s's watchdog, written late with its saga, not registered again: recovery: register %s %s in %v: %w",
+					ErrLate, txID, kind, txID, target, err)
+			}
+			return path, true, err
+		case err != nil:
+			return eventstore.RecoveryPath{}, viaUsed, fmt.Errorf("recovery: register %s %s in %v: %w", kind, txID, target, err)
 		}
 		w.registrations.Add(1)
+		if attempt == 1 && viaUsed {
+			w.writes.Add(1)
+			path = e.RecoveryPath
+		} else if !viaUsed {
+			path = e.RecoveryPath
+		}
 		if w.now().Before(target.Start) {
-			return e.RecoveryPath, nil
+			return path, viaUsed, nil
 		}
 		w.late.Add(1)
 		if attempt == lateAttempts {
-			return e.RecoveryPath, fmt.Errorf("%w: %s %s in %v", ErrLate, kind, txID, target)
+			return path, viaUsed, fmt.Errorf("%w: %s %s in %v", ErrLate, kind, txID, target)
 		}
 		w.log.Warn("recovery: registration completed after its window started; registering again",
 			"tx", txID, "kind", kind, "window", target.String())

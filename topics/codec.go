@@ -348,10 +348,11 @@ func (r *reader) name() (string, bool) {
 	return intern(s), ok
 }
 
-// names is intern's table: a slot per hash of a name, holding the last
-// name that hashed there. It is bounded (a name that takes many values
-// only evicts others, costing the allocation intern saves) and lock-free
-// (a slot is replaced whole; strings are immutable).
+// names is intern's table: two slots per hash of a name, each holding a
+// name that hashed there. It is bounded (names that take many values only
+// evict others, costing the allocation intern saves) and lock-free (a slot
+// is replaced whole; strings are immutable). Two slots per hash keep two
+// names that collide from evicting each other on every decode.
 var (
 	names     [512]atomic.Pointer[string]
 	namesSeed = maphash.MakeSeed()
@@ -369,12 +370,24 @@ func intern(b []byte) string {
 	if len(b) > internMax {
 		return string(b)
 	}
-	slot := &names[maphash.Bytes(namesSeed, b)%uint64(len(names))]
-	if p := slot.Load(); p != nil && *p == string(b) {
-		return *p
+	h := maphash.Bytes(namesSeed, b)
+	i := int(h%(uint64(len(names))/2)) * 2
+	first, second := names[i].Load(), names[i+1].Load()
+	switch {
+	case first != nil && *first == string(b):
+		return *first
+	case second != nil && *second == string(b):
+		return *second
 	}
 	s := string(b)
-	slot.Store(&s)
+	switch {
+	case first == nil:
+	case second == nil:
+		i++
+	default:
+		i += int(h >> 63) // both taken: evict one, by another bit of the hash
+	}
+	names[i].Store(&s)
 	return s
 }
 

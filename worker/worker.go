@@ -113,6 +113,9 @@ type Worker struct {
 	dlt     string
 	cfg     config
 	log     *slog.Logger
+	// overlapped is cfg.guard when it records a run's outcome while the
+	// reply is sent (see guarded); nil otherwise.
+	overlapped overlappingGuard
 
 	mu        sync.Mutex
 	state     int
@@ -225,6 +228,9 @@ func New(service string, opts ...Option) (*Worker, error) {
 		log:       cfg.logger.With("service", service, "region", cfg.region, "cluster", cfg.cluster),
 		endpoints: make(map[string]endpoint),
 		running:   make(chan struct{}),
+	}
+	if g, ok := cfg.guard.(overlappingGuard); ok && cfg.groupType != topics.GroupShare {
+		w.overlapped = g // see guarded
 	}
 	if err := w.initTelemetry(); err != nil {
 		return nil, err
@@ -487,8 +493,8 @@ func (w *Worker) handle(hctx, pctx context.Context, cl *kgo.Client, r *kgo.Recor
 // key), and the next owner replays it first.
 func (w *Worker) guarded(ctx context.Context, ep endpoint, cmd *topics.Envelope) (*topics.Envelope, func(), error) {
 	run := func(ctx context.Context) *topics.Envelope { return w.execute(ctx, ep, cmd) }
-	if g, ok := w.cfg.guard.(overlappingGuard); ok && w.cfg.groupType != topics.GroupShare {
-		return g.ExecuteOverlapped(ctx, cmd, run)
+	if w.overlapped != nil {
+		return w.overlapped.ExecuteOverlapped(ctx, cmd, run)
 	}
 	reply, err := w.cfg.guard.Execute(ctx, cmd, run)
 	return reply, noWait, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -54,7 +55,9 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 		}
 		if o.fresh && rep.Keyspace != "" {
 			if err := dropKeyspace(o); err != nil {
-				progress("could not drop keyspace %s: %v", o.keyspace, err)
+				// Said even with --quiet: the keyspace is left behind.
+				rep.KeyspaceLeft = err.Error()
+				fmt.Fprintf(stderr, "sagabench: could not drop keyspace %s: %v\n", o.keyspace, err)
 			} else {
 				progress("dropped keyspace %s", o.keyspace)
 			}
@@ -299,8 +302,12 @@ func openStore(ctx context.Context, o options) (*cassandra.Store, error) {
 	return s, nil
 }
 
-// maxKeyspace is the longest keyspace name Cassandra accepts.
+// maxKeyspace is the longest keyspace name Cassandra accepts, and
+// keyspaceName the names sagabench accepts (unquoted, so never changed by
+// Cassandra's lower-casing).
 const maxKeyspace = 48
+
+var keyspaceName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
 
 // dropKeyspace drops o.keyspace, the --fresh run's own (its tables hold
 // nothing but this run's sagas).
@@ -351,8 +358,11 @@ func splitList(s string) []string {
 	return out
 }
 
+// runIDLen is the length of randomID's ids.
+const runIDLen = 6
+
 func randomID() string {
-	var b [3]byte
+	var b [runIDLen / 2]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

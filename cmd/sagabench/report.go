@@ -12,20 +12,23 @@ import (
 
 // report is the whole run.
 type report struct {
-	Started    time.Time     `json:"started"`
-	Sagas      int           `json:"sagas_per_cell"`
-	Warmup     int           `json:"warmup_per_cell"`
-	Rounds     int           `json:"rounds_per_cell"` // framework/floor rounds (1 with --no-floor)
-	NoFloor    bool          `json:"no_floor,omitempty"`
-	NumCPU     int           `json:"num_cpu"`
-	GOMAXPROCS int           `json:"gomaxprocs"`
-	Kafka      string        `json:"kafka,omitempty"`
-	Cassandra  string        `json:"cassandra,omitempty"`
-	Keyspace   string        `json:"keyspace,omitempty"` // the Cassandra cells' (with --fresh, the run's own, dropped at the end)
-	LoadStart  [3]float64    `json:"load_start"`
-	LoadEnd    [3]float64    `json:"load_end"`
-	Cells      []*cellResult `json:"cells"`
-	Targets    []target      `json:"targets"`
+	Started    time.Time `json:"started"`
+	Sagas      int       `json:"sagas_per_cell"`
+	Warmup     int       `json:"warmup_per_cell"`
+	Rounds     int       `json:"rounds_per_cell"` // framework/floor rounds (1 with --no-floor)
+	NoFloor    bool      `json:"no_floor,omitempty"`
+	NumCPU     int       `json:"num_cpu"`
+	GOMAXPROCS int       `json:"gomaxprocs"`
+	Kafka      string    `json:"kafka,omitempty"`
+	Cassandra  string    `json:"cassandra,omitempty"`
+	Keyspace   string    `json:"keyspace,omitempty"` // the Cassandra cells' (with --fresh, the run's own, dropped at the end)
+	// KeyspaceLeft, with --fresh, says why the run's keyspace could not be
+	// dropped (empty when it was).
+	KeyspaceLeft string        `json:"keyspace_left,omitempty"`
+	LoadStart    [3]float64    `json:"load_start"`
+	LoadEnd      [3]float64    `json:"load_end"`
+	Cells        []*cellResult `json:"cells"`
+	Targets      []target      `json:"targets"`
 }
 
 // cellResult is one row.

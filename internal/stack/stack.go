@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 )
 
-// Room is the stack a handler is given room for before it runs: a store
-// round trip through gocql, or a produce through kgo, goes this deep.
+// Room is the stack Grow makes room for: a store round trip through gocql,
+// or a produce through kgo, goes this deep.
 const Room = 8 << 10
 
 // Grow makes Room bytes of stack available to the calling goroutine.
@@ -33,8 +33,8 @@ func Grow() {
 // microseconds would otherwise pay on every record. Its zero value grows
 // on the first call. A Keeper belongs to one goroutine.
 type Keeper struct {
-	grown bool
-	cycle uint32
+	grows uint32 // how many times it grew
+	cycle uint32 // cycles when it last grew
 }
 
 // Ensure grows the calling goroutine's stack unless it did since the last
@@ -42,17 +42,25 @@ type Keeper struct {
 // cycles), so a task may still grow the stack itself now and then.
 func (k *Keeper) Ensure() {
 	c := cycles.Load()
-	if k.grown && c == k.cycle {
+	if k.grows > 0 && c == k.cycle {
 		return
 	}
 	Grow()
-	k.grown, k.cycle = true, c
+	k.grows++
+	k.cycle = c
 }
 
-// cycles counts garbage collections: a cleanup of an object that nothing
-// references runs after each collection that frees it, and arms the next.
+// cycles counts garbage collections, at most once per collection: a
+// cleanup of an object that nothing references runs after the collection
+// that frees it, and arms the next object. An object armed while a
+// collection is marking survives that one, which is then not counted: a
+// growth missed, nothing worse.
 var cycles atomic.Uint32
 
+// sentinel is the object whose cleanup counts. It must be a heap object of
+// its own: a zero-size type would be the runtime's shared zerobase, and a
+// small pointer-free one could share a tiny block with other allocations,
+// whose cleanups then run late or never; the pointer field prevents both.
 type sentinel struct{ _ *byte }
 
 func arm() {
