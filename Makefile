@@ -25,7 +25,7 @@ test: ## start services if needed, then go test -race over the whole module
 		$(SERVICES) up >/dev/null; \
 		eval "$$($(SERVICES) env)"; \
 	fi; \
-	export KAFKA_BROKERS CASSANDRA_HOSTS STACKSAGA_REQUIRE_SERVICES=1; \
+	export KAFKA_BROKERS CASSANDRA_HOSTS CASSANDRA_TLS_CA STACKSAGA_REQUIRE_SERVICES=1; \
 	echo "make test: go test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)  (KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS)"; \
 	start=$$(date +%s); rc=0; \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS) || rc=$$?; \

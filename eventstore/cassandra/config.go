@@ -80,6 +80,8 @@ type Config struct {
 	// Username is set.
 	Username string `yaml:"username"`
 	Password string `yaml:"password"`
+	// TLS encrypts the connections (see TLS). Default off.
+	TLS TLS `yaml:"tls"`
 	// ReadConsistency and WriteConsistency: LOCAL_QUORUM (default) or
 	// QUORUM.
 	ReadConsistency  Consistency `yaml:"read-consistency-level"`
@@ -186,6 +188,7 @@ func (c Config) Validate() error {
 	if c.Password != "" && c.Username == "" {
 		p.Add("username", "required when a password is set")
 	}
+	c.TLS.client(&p)
 	for key, v := range map[string]Consistency{"read-consistency-level": c.ReadConsistency, "write-consistency-level": c.WriteConsistency} {
 		if v != LocalQuorum && v != Quorum {
 			p.Add(key, "must be LOCAL_QUORUM or QUORUM, got %q", string(v))
@@ -292,6 +295,13 @@ const (
 	EnvConnectTimeout    = "STACKSAGA_CASSANDRA_CONNECT_TIMEOUT"
 	EnvReplication       = "STACKSAGA_CASSANDRA_REPLICATION"   // ParseReplication's form
 	EnvCreateSchema      = "STACKSAGA_CASSANDRA_CREATE_SCHEMA" // true/false
+
+	EnvTLSEnabled            = "STACKSAGA_CASSANDRA_TLS_ENABLED" // true/false
+	EnvTLSCAFile             = "STACKSAGA_CASSANDRA_TLS_CA_FILE"
+	EnvTLSCertFile           = "STACKSAGA_CASSANDRA_TLS_CERT_FILE"
+	EnvTLSKeyFile            = "STACKSAGA_CASSANDRA_TLS_KEY_FILE"
+	EnvTLSServerName         = "STACKSAGA_CASSANDRA_TLS_SERVER_NAME"
+	EnvTLSInsecureSkipVerify = "STACKSAGA_CASSANDRA_TLS_INSECURE_SKIP_VERIFY" // true/false
 )
 
 // ApplyEnv overrides fields from the variables Env* (set and non-empty
@@ -345,14 +355,23 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			c.Replication = r
 		}
 	}
-	if v, ok := get(EnvCreateSchema); ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, yamlconfig.EnvError(EnvCreateSchema, keyPrefix+"create-schema", err))
-		} else {
-			c.CreateSchema = b
+	boolean := func(name, key string, dst *bool) {
+		if v, ok := get(name); ok {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				errs = append(errs, yamlconfig.EnvError(name, keyPrefix+key, err))
+				return
+			}
+			*dst = b
 		}
 	}
+	boolean(EnvCreateSchema, "create-schema", &c.CreateSchema)
+	boolean(EnvTLSEnabled, "tls.enabled", &c.TLS.Enabled)
+	str(EnvTLSCAFile, &c.TLS.CAFile)
+	str(EnvTLSCertFile, &c.TLS.CertFile)
+	str(EnvTLSKeyFile, &c.TLS.KeyFile)
+	str(EnvTLSServerName, &c.TLS.ServerName)
+	boolean(EnvTLSInsecureSkipVerify, "tls.insecure-skip-verify", &c.TLS.InsecureSkipVerify)
 	if len(errs) > 0 {
 		return errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
 	}
@@ -360,9 +379,17 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 }
 
 // cluster builds the driver configuration: token-aware routing over DC-aware
-// round robin, per-statement consistency, the statement observer.
-func (c Config) cluster(qo gocql.QueryObserver, bo gocql.BatchObserver) *gocql.ClusterConfig {
+// round robin, per-statement consistency, the statement observer, TLS. Its
+// error (TLS files that cannot be read, wrapping ErrInvalidConfig) names
+// the key.
+func (c Config) cluster(qo gocql.QueryObserver, bo gocql.BatchObserver) (*gocql.ClusterConfig, error) {
+	p := yamlconfig.Problems{Prefix: keyPrefix}
+	tlsCfg := c.TLS.client(&p)
+	if err := p.Err(ErrInvalidConfig); err != nil {
+		return nil, err
+	}
 	cl := gocql.NewCluster(c.ContactPoints...)
+	cl.SslOpts = sslOptions(tlsCfg)
 	cl.Keyspace = c.Keyspace
 	cl.Consistency = c.WriteConsistency.gocql()
 	cl.SerialConsistency = c.SerialConsistency.gocql()
@@ -387,5 +414,5 @@ func (c Config) cluster(qo gocql.QueryObserver, bo gocql.BatchObserver) *gocql.C
 	}
 	cl.QueryObserver = qo
 	cl.BatchObserver = bo
-	return cl
+	return cl, nil
 }

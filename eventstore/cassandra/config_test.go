@@ -101,7 +101,10 @@ func TestLoadConfigYAML(t *testing.T) {
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("loaded\n got %+v\nwant %+v", c, want)
 	}
-	cl := c.cluster(nil, nil)
+	cl, err := c.cluster(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if cl.Timeout != 3*time.Second || cl.NumConns != 4 || cl.DefaultTimestamp != true || cl.Authenticator == nil || cl.Keyspace != "orders_es" {
 		t.Fatalf("driver config not derived from the configuration: %+v", cl)
 	}

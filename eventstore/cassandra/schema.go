@@ -224,7 +224,10 @@ func ApplySchemaWithConfig(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	cluster := cfg.cluster(nil, nil)
+	cluster, err := cfg.cluster(nil, nil)
+	if err != nil {
+		return err
+	}
 	cluster.Keyspace = ""
 	session, err := cluster.CreateSession()
 	if err != nil {

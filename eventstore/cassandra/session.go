@@ -16,7 +16,7 @@ func (c Config) WithDefaults() Config { return c.withDefaults() }
 // token-aware routing over DC-aware round robin in the local data centre,
 // the write and serial consistency levels, the request and connect
 // timeouts, the pool size, the timestamp generator, the reconnection and
-// retry policies and the credentials. Packages that keep tables of their
+// retry policies, the credentials and TLS. Packages that keep tables of their
 // own in the event store's keyspace (tracewindow/cassandraindex) connect
 // with it, adjusting what is theirs (pool size, observers, logger), so
 // that they follow every connection setting of stacksaga.cassandra.
@@ -25,7 +25,7 @@ func (c Config) ClusterConfig() (*gocql.ClusterConfig, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return c.cluster(nil, nil), nil
+	return c.cluster(nil, nil)
 }
 
 // Connect opens a session with cl, giving up (and closing the session

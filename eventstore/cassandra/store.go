@@ -116,7 +116,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 		}
 	}
 	obs := newObserver()
-	cl := cfg.cluster(obs, obs)
+	cl, err := cfg.cluster(obs, obs)
+	if err != nil {
+		return nil, err
+	}
 	cl.Logger = slogLogger{o.logger}
 	session, err := createSession(ctx, cl)
 	if err != nil {

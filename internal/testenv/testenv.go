@@ -49,6 +49,10 @@ const (
 	// EnvRequireServices, when "1" (or "true"), turns every would-be skip
 	// into a failure.
 	EnvRequireServices = "STACKSAGA_REQUIRE_SERVICES"
+	// EnvCassandraTLSCA is the PEM file of the certificate that signs the
+	// TLS endpoint of the Cassandra at CASSANDRA_HOSTS (scripts/services
+	// serves TLS on the same port and exports it).
+	EnvCassandraTLSCA = "CASSANDRA_TLS_CA"
 )
 
 // howToStart is appended to every "services missing" message.
@@ -149,6 +153,34 @@ func KafkaBrokers(t testing.TB) []string {
 func CassandraHosts(t testing.TB) []string {
 	t.Helper()
 	return cass.get(t)
+}
+
+// CassandraTLS returns the contact points of a real Cassandra cluster that
+// also accepts TLS connections and the PEM file that signs its
+// certificate (CASSANDRA_TLS_CA), or skips t (fails it with
+// STACKSAGA_REQUIRE_SERVICES=1): scripts/services' Cassandra serves TLS
+// next to plain connections; the compose file's and testcontainers' do not.
+func CassandraTLS(t testing.TB) (hosts []string, caFile string) {
+	t.Helper()
+	hosts = CassandraHosts(t)
+	if hosts == nil {
+		return nil, ""
+	}
+	caFile = strings.TrimSpace(os.Getenv(EnvCassandraTLSCA))
+	if caFile == "" {
+		const why = "the Cassandra TLS tests need a node that serves TLS: scripts/services' does, and " +
+			"`eval \"$(scripts/services env)\"` exports its certificate (make test does it); " +
+			"against another Cassandra, run `make test TEST_FLAGS='-skip OverTLS'`"
+		if Required() {
+			t.Fatalf("testenv: %s is not set (%s=1): %s", EnvCassandraTLSCA, EnvRequireServices, why)
+		}
+		t.Skipf("testenv: skipping: %s is not set: %s", EnvCassandraTLSCA, why)
+		return nil, ""
+	}
+	if _, err := os.Stat(caFile); err != nil {
+		t.Fatalf("testenv: %s: %v", EnvCassandraTLSCA, err)
+	}
+	return hosts, caFile
 }
 
 // CassandraKeyspace creates a fresh keyspace (SimpleStrategy, replication
