@@ -29,6 +29,7 @@ import (
 type rig struct {
 	t        *testing.T
 	brokers  []string
+	kopts    []kgo.Opt // every Kafka client's extra options (newRigOn)
 	domain   string
 	svcStock string
 	svcPay   string
@@ -96,14 +97,21 @@ func onEachStore(t *testing.T, f func(t *testing.T, kind string)) {
 
 func newRig(t *testing.T, storeKind string) *rig {
 	t.Helper()
+	return newRigOn(t, storeKind, testenv.KafkaBrokers(t))
+}
+
+// newRigOn is newRig on brokers, every Kafka client of the rig (its
+// workers', its orchestrators', its own) made with kopts.
+func newRigOn(t *testing.T, storeKind string, brokers []string, kopts ...kgo.Opt) *rig {
+	t.Helper()
 	u := testenv.UniqueName(t, "it")
 	r := &rig{
-		t: t, brokers: testenv.KafkaBrokers(t),
+		t: t, brokers: brokers, kopts: kopts,
 		domain: "order-" + u, svcStock: "stock-" + u, svcPay: "pay-" + u,
 		store: newStore(t, storeKind), reverts: map[string][]string{}, runs: map[string]int{},
 		seen: map[string][]order{}, resumed: map[string]map[string]string{},
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.brokers...)}, kopts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +209,7 @@ func (r *rig) handler(name string) func(context.Context, *worker.Step, order) (o
 // stop waits for Run to return.
 func (r *rig) startWorker(service string) (stop func()) {
 	r.t.Helper()
-	wopts := []worker.Option{worker.WithBrokers(r.brokers...)}
+	wopts := []worker.Option{worker.WithBrokers(r.brokers...), worker.WithKafkaOpts(r.kopts...)}
 	if r.guarded {
 		g, err := writeprotect.New(r.store, writeprotect.DefaultConfig(), writeprotect.WithOwner(service))
 		if err != nil {
@@ -263,7 +271,8 @@ func (r *rig) releaseCharges() {
 
 func (r *rig) startOrchestrator(opts ...orchestrator.Option) (*orchestrator.Orchestrator[order], func()) {
 	r.t.Helper()
-	o, err := orchestrator.New("orders", r.sagaDomain(), append([]orchestrator.Option{orchestrator.WithBrokers(r.brokers...), orchestrator.WithStore(r.store)}, opts...)...)
+	o, err := orchestrator.New("orders", r.sagaDomain(), append([]orchestrator.Option{orchestrator.WithBrokers(r.brokers...),
+		orchestrator.WithKafkaOpts(r.kopts...), orchestrator.WithStore(r.store)}, opts...)...)
 	if err != nil {
 		r.t.Fatal(err)
 	}

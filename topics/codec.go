@@ -379,13 +379,11 @@ func intern(b []byte) string {
 	case second != nil && *second == string(b):
 		return *second
 	}
+	// A miss goes first, the first moves second, the second is evicted:
+	// the two names most recently missed keep the pair.
 	s := string(b)
-	switch {
-	case first == nil:
-	case second == nil:
-		i++
-	default:
-		i += int(h >> 63) // both taken: evict one, by another bit of the hash
+	if first != nil {
+		names[i+1].Store(first)
 	}
 	names[i].Store(&s)
 	return s

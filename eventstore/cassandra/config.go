@@ -296,7 +296,7 @@ const (
 	EnvReplication       = "STACKSAGA_CASSANDRA_REPLICATION"   // ParseReplication's form
 	EnvCreateSchema      = "STACKSAGA_CASSANDRA_CREATE_SCHEMA" // true/false
 
-	EnvTLSEnabled            = "STACKSAGA_CASSANDRA_TLS_ENABLED" // true/false
+	EnvTLSEnabled            = "STACKSAGA_CASSANDRA_TLS_ENABLED" // true/false; false turns TLS off whatever else is set
 	EnvTLSCAFile             = "STACKSAGA_CASSANDRA_TLS_CA_FILE"
 	EnvTLSCertFile           = "STACKSAGA_CASSANDRA_TLS_CERT_FILE"
 	EnvTLSKeyFile            = "STACKSAGA_CASSANDRA_TLS_KEY_FILE"
@@ -366,12 +366,17 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		}
 	}
 	boolean(EnvCreateSchema, "create-schema", &c.CreateSchema)
-	boolean(EnvTLSEnabled, "tls.enabled", &c.TLS.Enabled)
 	str(EnvTLSCAFile, &c.TLS.CAFile)
 	str(EnvTLSCertFile, &c.TLS.CertFile)
 	str(EnvTLSKeyFile, &c.TLS.KeyFile)
 	str(EnvTLSServerName, &c.TLS.ServerName)
 	boolean(EnvTLSInsecureSkipVerify, "tls.insecure-skip-verify", &c.TLS.InsecureSkipVerify)
+	boolean(EnvTLSEnabled, "tls.enabled", &c.TLS.Enabled)
+	if v, ok := get(EnvTLSEnabled); ok {
+		if b, err := strconv.ParseBool(v); err == nil && !b {
+			c.TLS = TLS{} // off, whatever the YAML says
+		}
+	}
 	if len(errs) > 0 {
 		return errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
 	}

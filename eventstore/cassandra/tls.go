@@ -13,10 +13,13 @@ import (
 // TLS encrypts the connections to the nodes, as the server's
 // client_encryption_options expect (managed Cassandra services require it).
 // It is on when Enabled or any other field is set; the zero value is plain
-// connections. A node's certificate is verified against CAFile (the
-// system's roots without it) and must name the address the driver connects
-// to (a contact point, or a node's rpc_address found through it) in its
-// subject alternative names, or ServerName when set.
+// connections (STACKSAGA_CASSANDRA_TLS_ENABLED=false turns it off whatever
+// else is set). A node's certificate is verified against CAFile (the
+// system's roots without it) and must carry ServerName when set; without
+// it, the IP address the driver dials, among its IP subject alternative
+// names: the driver resolves a contact point's host name to addresses and
+// checks those, so a certificate that names only a DNS host needs
+// ServerName. Relative file names are relative to the working directory.
 type TLS struct {
 	// Enabled turns TLS on with the system's roots and no client
 	// certificate (every other field implies it).
@@ -29,8 +32,9 @@ type TLS struct {
 	// (require_client_auth). Both or neither.
 	CertFile string `yaml:"cert-file"`
 	KeyFile  string `yaml:"key-file"`
-	// ServerName is the name every node's certificate must carry, for
-	// clusters whose nodes share one certificate.
+	// ServerName is the name every node's certificate must carry: for
+	// certificates that name a DNS host (the driver dials IP addresses),
+	// or nodes that share one certificate.
 	ServerName string `yaml:"server-name"`
 	// InsecureSkipVerify accepts any certificate: the connection is
 	// encrypted but the node is not authenticated. For tests only.

@@ -116,6 +116,12 @@ stacksaga:
 	if c.TLS != want {
 		t.Fatalf("tls from the environment: %+v, want %+v", c.TLS, want)
 	}
+	// false in the environment turns TLS off, whatever the YAML sets.
+	c, err = loadConfig([]byte("stacksaga:\n  cassandra:\n    tls: {ca-file: "+p.caFile+", server-name: x}\n"),
+		envMap(map[string]string{EnvTLSEnabled: "false"}))
+	if err != nil || c.TLS != (TLS{}) {
+		t.Fatalf("%s=false over YAML tls keys: %+v, %v; want TLS off", EnvTLSEnabled, c.TLS, err)
+	}
 	_, err = loadConfig(nil, envMap(map[string]string{EnvTLSEnabled: "yes please"}))
 	if err == nil || !strings.Contains(err.Error(), EnvTLSEnabled) || !strings.Contains(err.Error(), "stacksaga.cassandra.tls.enabled") {
 		t.Fatalf("an unparsable %s: %v, want an error naming it and its key", EnvTLSEnabled, err)

@@ -27,6 +27,8 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -53,6 +55,14 @@ const (
 	// TLS endpoint of the Cassandra at CASSANDRA_HOSTS (scripts/services
 	// serves TLS on the same port and exports it).
 	EnvCassandraTLSCA = "CASSANDRA_TLS_CA"
+	// EnvKafkaSASLSSLBrokers lists the brokers' SASL_SSL listener (TLS and
+	// SASL/PLAIN) of the Kafka at KAFKA_BROKERS, EnvKafkaTLSCA the PEM file
+	// that signs its certificate and EnvKafkaSASLUser/Password the user it
+	// accepts (scripts/services serves one and exports them all).
+	EnvKafkaSASLSSLBrokers = "KAFKA_SASL_SSL_BROKERS"
+	EnvKafkaTLSCA          = "KAFKA_TLS_CA"
+	EnvKafkaSASLUser       = "KAFKA_SASL_USER"
+	EnvKafkaSASLPassword   = "KAFKA_SASL_PASSWORD"
 )
 
 // howToStart is appended to every "services missing" message.
@@ -169,7 +179,8 @@ func CassandraTLS(t testing.TB) (hosts []string, caFile string) {
 	caFile = strings.TrimSpace(os.Getenv(EnvCassandraTLSCA))
 	if caFile == "" {
 		const why = "the Cassandra TLS tests need a node that serves TLS: scripts/services' does, and " +
-			"`eval \"$(scripts/services env)\"` exports its certificate (make test does it); " +
+			"`eval \"$(scripts/services env)\"` exports its certificate (make test does it; a server an older scripts/services started has none until " +
+			"`scripts/services down && scripts/services up`); " +
 			"against another Cassandra, run `make test TEST_FLAGS='-skip OverTLS'`"
 		if Required() {
 			t.Fatalf("testenv: %s is not set (%s=1): %s", EnvCassandraTLSCA, EnvRequireServices, why)
@@ -181,6 +192,55 @@ func CassandraTLS(t testing.TB) (hosts []string, caFile string) {
 		t.Fatalf("testenv: %s: %v", EnvCassandraTLSCA, err)
 	}
 	return hosts, caFile
+}
+
+// KafkaSecure is a Kafka listener that takes TLS and SASL/PLAIN.
+type KafkaSecure struct {
+	Brokers        []string
+	TLS            *tls.Config // trusts the listener's certificate
+	User, Password string
+}
+
+// KafkaSASLSSL returns the SASL_SSL listener of the real Kafka the tests
+// run on (KAFKA_SASL_SSL_BROKERS, KAFKA_TLS_CA, KAFKA_SASL_USER,
+// KAFKA_SASL_PASSWORD), or skips t (fails it with
+// STACKSAGA_REQUIRE_SERVICES=1): scripts/services' Kafka has one; the
+// compose file's and testcontainers' do not.
+func KafkaSASLSSL(t testing.TB) KafkaSecure {
+	t.Helper()
+	if KafkaBrokers(t) == nil {
+		return KafkaSecure{}
+	}
+	get := func(name string) string { return strings.TrimSpace(os.Getenv(name)) }
+	brokers, ca, user := get(EnvKafkaSASLSSLBrokers), get(EnvKafkaTLSCA), get(EnvKafkaSASLUser)
+	if brokers == "" || ca == "" || user == "" {
+		const why = "the Kafka TLS and SASL tests need a SASL_SSL listener: scripts/services' Kafka has one, and " +
+			"`eval \"$(scripts/services env)\"` exports it (make test does it; a server an older scripts/services started has none until " +
+			"`scripts/services down && scripts/services up`); " +
+			"against another Kafka, run `make test TEST_FLAGS='-skip OverTLS'`"
+		if Required() {
+			t.Fatalf("testenv: %s, %s or %s is not set (%s=1): %s", EnvKafkaSASLSSLBrokers, EnvKafkaTLSCA, EnvKafkaSASLUser, EnvRequireServices, why)
+		}
+		t.Skipf("testenv: skipping: %s, %s or %s is not set: %s", EnvKafkaSASLSSLBrokers, EnvKafkaTLSCA, EnvKafkaSASLUser, why)
+		return KafkaSecure{}
+	}
+	addrs, err := parseAddrs(brokers)
+	if err == nil {
+		err = checkReachable(addrs, 5*time.Second)
+	}
+	if err != nil {
+		t.Fatalf("testenv: %s=%q: %v", EnvKafkaSASLSSLBrokers, brokers, err)
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		t.Fatalf("testenv: %s: %v", EnvKafkaTLSCA, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("testenv: %s=%s holds no PEM certificate", EnvKafkaTLSCA, ca)
+	}
+	return KafkaSecure{Brokers: addrs, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		User: user, Password: get(EnvKafkaSASLPassword)}
 }
 
 // CassandraKeyspace creates a fresh keyspace (SimpleStrategy, replication
