@@ -111,7 +111,7 @@ func newRigOn(t *testing.T, storeKind string, brokers []string, kopts ...kgo.Opt
 		store: newStore(t, storeKind), reverts: map[string][]string{}, runs: map[string]int{},
 		seen: map[string][]order{}, resumed: map[string]map[string]string{},
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.brokers...)}, kopts...)...)
+	cl, err := r.client()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +124,11 @@ func newRigOn(t *testing.T, storeKind string, brokers []string, kopts ...kgo.Opt
 		t.Fatal(err)
 	}
 	return r
+}
+
+// client is a Kafka client on the rig's brokers with its kopts and opts.
+func (r *rig) client(opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(r.brokers...)}, r.kopts...), opts...)...)
 }
 
 func (r *rig) sagaDomain() orchestrator.Domain[order] {
@@ -423,7 +428,7 @@ func TestKafkaMalformedRecordsAreDeadLettered(t *testing.T) {
 		r.startWorker(r.svcStock)
 		r.startWorker(r.svcPay)
 		o, _ := r.startOrchestrator()
-		cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
+		cl, err := r.client()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -441,7 +446,7 @@ func TestKafkaMalformedRecordsAreDeadLettered(t *testing.T) {
 		expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
 		for _, tp := range targets {
 			dlt := topics.DeadLetterTopic(tp)
-			c, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			c, err := r.client(kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 			if err != nil {
 				t.Fatal(err)
 			}

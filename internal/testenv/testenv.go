@@ -180,7 +180,7 @@ func CassandraTLS(t testing.TB) (hosts []string, caFile string) {
 	if caFile == "" {
 		const why = "the Cassandra TLS tests need a node that serves TLS: scripts/services' does, and " +
 			"`eval \"$(scripts/services env)\"` exports its certificate (make test does it; a server an older scripts/services started has none until " +
-			"`scripts/services down && scripts/services up`); " +
+			"`scripts/services down && scripts/services up`, and a JDK without keytool gives none: see up's warning); " +
 			"against another Cassandra, run `make test TEST_FLAGS='-skip OverTLS'`"
 		if Required() {
 			t.Fatalf("testenv: %s is not set (%s=1): %s", EnvCassandraTLSCA, EnvRequireServices, why)
@@ -212,16 +212,16 @@ func KafkaSASLSSL(t testing.TB) KafkaSecure {
 		return KafkaSecure{}
 	}
 	get := func(name string) string { return strings.TrimSpace(os.Getenv(name)) }
-	brokers, ca, user := get(EnvKafkaSASLSSLBrokers), get(EnvKafkaTLSCA), get(EnvKafkaSASLUser)
-	if brokers == "" || ca == "" || user == "" {
+	brokers, ca, user, pass := get(EnvKafkaSASLSSLBrokers), get(EnvKafkaTLSCA), get(EnvKafkaSASLUser), get(EnvKafkaSASLPassword)
+	if brokers == "" || ca == "" || user == "" || pass == "" {
 		const why = "the Kafka TLS and SASL tests need a SASL_SSL listener: scripts/services' Kafka has one, and " +
 			"`eval \"$(scripts/services env)\"` exports it (make test does it; a server an older scripts/services started has none until " +
-			"`scripts/services down && scripts/services up`); " +
+			"`scripts/services down && scripts/services up`, and a JDK without keytool gives none: see up's warning); " +
 			"against another Kafka, run `make test TEST_FLAGS='-skip OverTLS'`"
 		if Required() {
-			t.Fatalf("testenv: %s, %s or %s is not set (%s=1): %s", EnvKafkaSASLSSLBrokers, EnvKafkaTLSCA, EnvKafkaSASLUser, EnvRequireServices, why)
+			t.Fatalf("testenv: %s, %s, %s or %s is not set (%s=1): %s", EnvKafkaSASLSSLBrokers, EnvKafkaTLSCA, EnvKafkaSASLUser, EnvKafkaSASLPassword, EnvRequireServices, why)
 		}
-		t.Skipf("testenv: skipping: %s, %s or %s is not set: %s", EnvKafkaSASLSSLBrokers, EnvKafkaTLSCA, EnvKafkaSASLUser, why)
+		t.Skipf("testenv: skipping: %s, %s, %s or %s is not set: %s", EnvKafkaSASLSSLBrokers, EnvKafkaTLSCA, EnvKafkaSASLUser, EnvKafkaSASLPassword, why)
 		return KafkaSecure{}
 	}
 	addrs, err := parseAddrs(brokers)
@@ -240,7 +240,7 @@ func KafkaSASLSSL(t testing.TB) KafkaSecure {
 		t.Fatalf("testenv: %s=%s holds no PEM certificate", EnvKafkaTLSCA, ca)
 	}
 	return KafkaSecure{Brokers: addrs, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		User: user, Password: get(EnvKafkaSASLPassword)}
+		User: user, Password: pass}
 }
 
 // CassandraKeyspace creates a fresh keyspace (SimpleStrategy, replication
