@@ -305,7 +305,7 @@ func TestUnstorableTxIDsAreDeadLettered(t *testing.T) {
 	r.startWorker(r.svcStock)
 	r.startWorker(r.svcPay)
 	o, _ := r.startOrchestrator()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...))
+	cl, err := r.client()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestUnstorableTxIDsAreDeadLettered(t *testing.T) {
 	expectAll(t, waitTerminal(t, o, ids, 2*time.Minute), eventstore.StateCompleted)
 	for tp := range targets {
 		dlt := topics.DeadLetterTopic(tp)
-		c, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		c, err := r.client(kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		if err != nil {
 			t.Fatal(err)
 		}

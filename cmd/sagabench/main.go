@@ -127,12 +127,12 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.telemetry > 1 {
 		errs = append(errs, errors.New("--telemetry must be a fraction from 0 to 1 (negative: off)"))
 	}
-	switch {
-	case o.fresh && !keyspaceName.MatchString(o.keyspace+"_"+strings.Repeat("0", runIDLen)):
+	// --fresh drops the keyspace it names: only a name Cassandra takes as
+	// it is (unquoted, never lower-cased), so that the drop can name
+	// nothing but the run's own.
+	if o.fresh && !keyspaceName.MatchString(o.keyspace+"_"+strings.Repeat("0", runIDLen)) {
 		errs = append(errs, fmt.Errorf("--keyspace %q: with --fresh, at most %d lower-case letters, digits and underscores, starting with a letter (the run's keyspace adds \"_\" and a %d-character id)",
 			o.keyspace, maxKeyspace-1-runIDLen, runIDLen))
-	case !keyspaceName.MatchString(o.keyspace):
-		errs = append(errs, fmt.Errorf("--keyspace %q: at most %d lower-case letters, digits and underscores, starting with a letter", o.keyspace, maxKeyspace))
 	}
 	if o.cassandra != "" && o.kafka == "" {
 		errs = append(errs, errors.New("--cassandra needs --kafka: the Cassandra cells run on real Kafka"))

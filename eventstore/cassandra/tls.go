@@ -13,8 +13,9 @@ import (
 // TLS encrypts the connections to the nodes, as the server's
 // client_encryption_options expect (managed Cassandra services require it).
 // It is on when Enabled or any other field is set; the zero value is plain
-// connections (STACKSAGA_CASSANDRA_TLS_ENABLED=false turns it off whatever
-// else is set). A node's certificate is verified against CAFile (the
+// connections. `enabled: false` next to other keys does not turn it off
+// (a false bool is not told from an absent one); removing the keys does, and
+// so does STACKSAGA_CASSANDRA_TLS_ENABLED=false, whatever else is set. A node's certificate is verified against CAFile (the
 // system's roots without it) and must carry ServerName when set; without
 // it, the IP address the driver dials, among its IP subject alternative
 // names: the driver resolves a contact point's host name to addresses and
