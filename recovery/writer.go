@@ -262,11 +262,11 @@ func (w *Writer) register(ctx context.Context, scope eventstore.Scope, txID, dom
 			return eventstore.RecoveryPath{}, viaUsed, fmt.Errorf("recovery: register %s %s in %v: %w", kind, txID, target, err)
 		}
 		w.registrations.Add(1)
+		if attempt == 1 || !viaUsed {
+			path = e.RecoveryPath // via's row stays the path once written
+		}
 		if attempt == 1 && viaUsed {
-			w.writes.Add(1)
-			path = e.RecoveryPath
-		} else if !viaUsed {
-			path = e.RecoveryPath
+			w.writes.Add(1) // w.write counts its own
 		}
 		if w.now().Before(target.Start) {
 			return path, viaUsed, nil

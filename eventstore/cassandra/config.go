@@ -1,6 +1,7 @@
 package cassandra
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -372,10 +373,8 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	str(EnvTLSServerName, &c.TLS.ServerName)
 	boolean(EnvTLSInsecureSkipVerify, "tls.insecure-skip-verify", &c.TLS.InsecureSkipVerify)
 	boolean(EnvTLSEnabled, "tls.enabled", &c.TLS.Enabled)
-	if v, ok := get(EnvTLSEnabled); ok {
-		if b, err := strconv.ParseBool(v); err == nil && !b {
-			c.TLS = TLS{} // off, whatever the YAML says
-		}
+	if _, set := get(EnvTLSEnabled); set && !c.TLS.Enabled {
+		c.TLS = TLS{} // false: off, whatever the YAML says
 	}
 	if len(errs) > 0 {
 		return errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
@@ -383,16 +382,30 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	return nil
 }
 
-// cluster builds the driver configuration: token-aware routing over DC-aware
-// round robin, per-statement consistency, the statement observer, TLS. Its
-// error (TLS files that cannot be read, wrapping ErrInvalidConfig) names
-// the key.
+// cluster builds the driver configuration (see clusterWith), reading the
+// TLS files. Its error (TLS files that cannot be read, wrapping
+// ErrInvalidConfig) names the key.
 func (c Config) cluster(qo gocql.QueryObserver, bo gocql.BatchObserver) (*gocql.ClusterConfig, error) {
-	p := yamlconfig.Problems{Prefix: keyPrefix}
-	tlsCfg := c.TLS.client(&p)
-	if err := p.Err(ErrInvalidConfig); err != nil {
+	tlsCfg, err := c.tlsConfig()
+	if err != nil {
 		return nil, err
 	}
+	return c.clusterWith(tlsCfg, qo, bo), nil
+}
+
+// tlsConfig reads the TLS files into the connections' TLS configuration
+// (nil when TLS is off); its error names the key.
+func (c Config) tlsConfig() (*tls.Config, error) {
+	p := yamlconfig.Problems{Prefix: keyPrefix}
+	tlsCfg := c.TLS.client(&p)
+	return tlsCfg, p.Err(ErrInvalidConfig)
+}
+
+// clusterWith builds a new driver configuration (each session needs its
+// own: the token-aware policy cannot be shared): token-aware routing over
+// DC-aware round robin, per-statement consistency, the statement
+// observer, tlsCfg (nil: plain connections).
+func (c Config) clusterWith(tlsCfg *tls.Config, qo gocql.QueryObserver, bo gocql.BatchObserver) *gocql.ClusterConfig {
 	cl := gocql.NewCluster(c.ContactPoints...)
 	cl.SslOpts = sslOptions(tlsCfg)
 	cl.Keyspace = c.Keyspace
@@ -419,5 +432,5 @@ func (c Config) cluster(qo gocql.QueryObserver, bo gocql.BatchObserver) (*gocql.
 	}
 	cl.QueryObserver = qo
 	cl.BatchObserver = bo
-	return cl, nil
+	return cl
 }

@@ -2,6 +2,7 @@ package cassandra
 
 import (
 	"context"
+	"crypto/tls"
 	_ "embed"
 	"fmt"
 	"maps"
@@ -224,10 +225,17 @@ func ApplySchemaWithConfig(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	cluster, err := cfg.cluster(nil, nil)
+	tlsCfg, err := cfg.tlsConfig()
 	if err != nil {
 		return err
 	}
+	return applySchemaWith(ctx, cfg, tlsCfg)
+}
+
+// applySchemaWith is ApplySchemaWithConfig on a validated cfg whose TLS
+// files are already read (tlsCfg).
+func applySchemaWith(ctx context.Context, cfg Config, tlsCfg *tls.Config) error {
+	cluster := cfg.clusterWith(tlsCfg, nil, nil)
 	cluster.Keyspace = ""
 	session, err := cluster.CreateSession()
 	if err != nil {

@@ -110,16 +110,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	tlsCfg, err := cfg.tlsConfig() // once for the schema's session and the store's
+	if err != nil {
+		return nil, err
+	}
 	if cfg.CreateSchema {
-		if err := ApplySchemaWithConfig(ctx, cfg); err != nil {
+		if err := applySchemaWith(ctx, cfg, tlsCfg); err != nil {
 			return nil, err
 		}
 	}
 	obs := newObserver()
-	cl, err := cfg.cluster(obs, obs)
-	if err != nil {
-		return nil, err
-	}
+	cl := cfg.clusterWith(tlsCfg, obs, obs)
 	cl.Logger = slogLogger{o.logger}
 	session, err := createSession(ctx, cl)
 	if err != nil {

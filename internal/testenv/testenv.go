@@ -182,10 +182,7 @@ func CassandraTLS(t testing.TB) (hosts []string, caFile string) {
 			"`eval \"$(scripts/services env)\"` exports its certificate (make test does it; a server an older scripts/services started has none until " +
 			"`scripts/services down && scripts/services up`, and a JDK without keytool gives none: see up's warning); " +
 			"against another Cassandra, run `make test TEST_FLAGS='-skip OverTLS'`"
-		if Required() {
-			t.Fatalf("testenv: %s is not set (%s=1): %s", EnvCassandraTLSCA, EnvRequireServices, why)
-		}
-		t.Skipf("testenv: skipping: %s is not set: %s", EnvCassandraTLSCA, why)
+		Unavailable(t, EnvCassandraTLSCA+" is not set: "+why)
 		return nil, ""
 	}
 	if _, err := os.Stat(caFile); err != nil {
@@ -218,10 +215,7 @@ func KafkaSASLSSL(t testing.TB) KafkaSecure {
 			"`eval \"$(scripts/services env)\"` exports it (make test does it; a server an older scripts/services started has none until " +
 			"`scripts/services down && scripts/services up`, and a JDK without keytool gives none: see up's warning); " +
 			"against another Kafka, run `make test TEST_FLAGS='-skip OverTLS'`"
-		if Required() {
-			t.Fatalf("testenv: %s, %s, %s or %s is not set (%s=1): %s", EnvKafkaSASLSSLBrokers, EnvKafkaTLSCA, EnvKafkaSASLUser, EnvKafkaSASLPassword, EnvRequireServices, why)
-		}
-		t.Skipf("testenv: skipping: %s, %s, %s or %s is not set: %s", EnvKafkaSASLSSLBrokers, EnvKafkaTLSCA, EnvKafkaSASLUser, EnvKafkaSASLPassword, why)
+		Unavailable(t, fmt.Sprintf("%s, %s, %s or %s is not set: %s", EnvKafkaSASLSSLBrokers, EnvKafkaTLSCA, EnvKafkaSASLUser, EnvKafkaSASLPassword, why))
 		return KafkaSecure{}
 	}
 	addrs, err := parseAddrs(brokers)
@@ -384,7 +378,7 @@ func checkReachable(addrs []string, timeout time.Duration) error {
 func Unavailable(t testing.TB, what string) {
 	t.Helper()
 	if Required() {
-		t.Fatalf("testenv: %s is required (%s=1): %s", what, EnvRequireServices, what)
+		t.Fatalf("testenv: required (%s=1) but missing: %s", EnvRequireServices, what)
 		return
 	}
 	t.Skipf("testenv: skipping: %s", what)
