@@ -264,7 +264,8 @@ type WatchedCreator interface {
 	// it fails with ErrInvalid. ErrInvalid, ErrExists (a store that
 	// detects a taken id), ErrPermanent (a statement the database rejects
 	// before applying any of it) and ErrClosed (a store closed before the
-	// call) write nothing; on any other error
+	// call, or before the write was sent) write nothing; on any other error,
+	// a write cut off by Close included,
 	// either write, or both, may have landed, and may still land later
 	// (the orchestrator then marks the saga failed at the next version,
 	// or failing that writes the watchdog again alone).

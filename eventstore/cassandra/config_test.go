@@ -2,6 +2,7 @@ package cassandra
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"os"
 	"path/filepath"
@@ -301,5 +302,150 @@ func TestSchemaStatements(t *testing.T) {
 	}
 	if _, err := SchemaCQL("ks", Replication{Class: "Other"}); err == nil {
 		t.Fatal("SchemaCQL accepted an invalid replication")
+	}
+}
+
+// An explicit `enabled: false` in the YAML tls block turns TLS off
+// whatever the block's other keys set (its files are not even read), as
+// STACKSAGA_CASSANDRA_TLS_ENABLED=false does; that variable set to true,
+// or Enabled or Config set in code, turns it back on with the block's keys.
+func TestLoadConfigTLSEnabledFalse(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "absent.pem")
+	off := map[string]string{
+		"block": "stacksaga:\n  cassandra:\n    tls:\n      enabled: false\n      ca-file: " + missing +
+			"\n      server-name: node-1\n      insecure-skip-verify: true\n",
+		"flow, enabled last": "stacksaga:\n  cassandra:\n    tls: {ca-file: " + missing + ", cert-file: c.pem, enabled: false}\n",
+		"merged from an anchor": "x-tls: &tls {enabled: false}\nstacksaga:\n  cassandra:\n    tls:\n      <<: *tls\n      ca-file: " +
+			missing + "\n",
+		"only enabled": "stacksaga:\n  cassandra:\n    tls: {enabled: false}\n",
+	}
+	for name, doc := range off {
+		t.Run(name, func(t *testing.T) {
+			c, err := loadConfig([]byte(doc), noEnv)
+			if err != nil {
+				t.Fatalf("enabled: false still read the tls keys: %v", err)
+			}
+			if c.TLS.on() {
+				t.Fatalf("enabled: false left TLS on: %+v", c.TLS)
+			}
+			cl, err := c.ClusterConfig()
+			if err != nil || cl.SslOpts != nil {
+				t.Fatalf("enabled: false: driver TLS options %+v, %v; want none", cl.SslOpts, err)
+			}
+		})
+	}
+
+	p := newTestPKI(t)
+	offWithCA := "stacksaga:\n  cassandra:\n    tls:\n      enabled: false\n      ca-file: " + p.caFile + "\n      server-name: node-1\n"
+	// Back on from the environment, with the YAML's keys.
+	c, err := loadConfig([]byte(offWithCA), envMap(map[string]string{EnvTLSEnabled: "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.ClusterConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := cl.SslOpts; o == nil || o.Config.RootCAs == nil || o.Config.ServerName != "node-1" || !o.EnableHostVerification {
+		t.Fatalf("%s=true over enabled: false: driver TLS options %+v, want the YAML's CA file and server name", EnvTLSEnabled, o)
+	}
+	// The environment's file variables do not turn it back on; false
+	// there still clears everything.
+	c, err = loadConfig([]byte(offWithCA), envMap(map[string]string{EnvTLSCAFile: p.caFile, EnvTLSServerName: "node-2"}))
+	if err != nil || c.TLS.on() {
+		t.Fatalf("enabled: false with TLS file variables: %+v, %v; want TLS off", c.TLS, err)
+	}
+	c, err = loadConfig([]byte(offWithCA), envMap(map[string]string{EnvTLSEnabled: "false"}))
+	if err != nil || c.TLS != (TLS{}) {
+		t.Fatalf("%s=false over enabled: false: %+v, %v; want TLS{}", EnvTLSEnabled, c.TLS, err)
+	}
+	// Back on from code.
+	c, err = loadConfig([]byte(offWithCA), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := c
+	on.TLS.Enabled = true
+	if cl, err := on.ClusterConfig(); err != nil || cl.SslOpts == nil || cl.SslOpts.Config.ServerName != "node-1" {
+		t.Fatalf("Enabled set in code over enabled: false: %+v, %v", cl, err)
+	}
+	own, err := loadConfig([]byte(off["only enabled"]), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own.TLS.Config = &tls.Config{ServerName: "mine", MinVersion: tls.VersionTLS13}
+	if cl, err := own.ClusterConfig(); err != nil || cl.SslOpts == nil || cl.SslOpts.Config.ServerName != "mine" {
+		t.Fatalf("Config set in code over enabled: false: %+v, %v", cl, err)
+	}
+	// A TLS written in code is unaffected: its false Enabled is no
+	// explicit false.
+	if !(TLS{CAFile: p.caFile}).on() || (TLS{}).on() {
+		t.Fatal("TLS literals: on() changed")
+	}
+}
+
+// enabled: true, an absent or null enabled next to other keys, and no tls
+// block at all behave as before.
+func TestLoadConfigTLSEnabled(t *testing.T) {
+	p := newTestPKI(t)
+	for _, tc := range []struct {
+		name, tls string
+		on        bool
+	}{
+		{"enabled: true alone", "{enabled: true}", true},
+		{"enabled: true with a CA file", "{enabled: true, ca-file: " + p.caFile + "}", true},
+		{"a CA file alone", "{ca-file: " + p.caFile + "}", true},
+		{"null enabled with a CA file", "{enabled: ~, ca-file: " + p.caFile + "}", true},
+		{"an empty block", "{}", false},
+		{"a null block", "~", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := loadConfig([]byte("stacksaga:\n  cassandra:\n    tls: "+tc.tls+"\n"), noEnv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.TLS.on() != tc.on {
+				t.Fatalf("tls %s: on() = %v, want %v (%+v)", tc.tls, c.TLS.on(), tc.on, c.TLS)
+			}
+			cl, err := c.ClusterConfig()
+			if err != nil || (cl.SslOpts != nil) != tc.on {
+				t.Fatalf("tls %s: driver TLS options %+v, %v", tc.tls, cl.SslOpts, err)
+			}
+		})
+	}
+	c, err := loadConfig([]byte("stacksaga:\n  cassandra:\n    tls:\n      enabled: true\n      server-name: x\n"), noEnv)
+	if err != nil || c.TLS != (TLS{Enabled: true, ServerName: "x"}) {
+		t.Fatalf("enabled: true: %+v, %v", c.TLS, err)
+	}
+}
+
+// A tls.enabled that is no bool fails, naming its key, and the
+// document's other decoding errors are still reported with it.
+func TestLoadConfigTLSEnabledInvalid(t *testing.T) {
+	_, err := loadConfig([]byte("stacksaga:\n  cassandra:\n    connections-per-host: many\n    tls:\n      enabled: maybe\n      insecure-skip-verify: perhaps\n      server-name: x\n"), noEnv)
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"stacksaga.cassandra.tls.enabled: line 5: cannot unmarshal !!str `maybe` into bool",
+		"line 6: cannot unmarshal !!str `perhaps` into bool",
+		"line 3: cannot unmarshal !!str `many` into int",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("report lacks %q:\n%v", want, msg)
+		}
+	}
+	if n := strings.Count(msg, "maybe"); n != 1 {
+		t.Errorf("the bad enabled value is reported %d times:\n%v", n, msg)
+	}
+	if strings.Contains(msg, "tls.enabled: line 6") || strings.Contains(msg, "tls.enabled: line 3") {
+		t.Errorf("another key's error is named tls.enabled:\n%v", msg)
+	}
+	// The same in flow style, two bad bools on one line.
+	_, err = loadConfig([]byte("stacksaga:\n  cassandra:\n    tls: {enabled: maybe, insecure-skip-verify: maybe}\n"), noEnv)
+	if !errors.Is(err, ErrInvalidConfig) || strings.Count(err.Error(), "stacksaga.cassandra.tls.enabled:") != 1 ||
+		strings.Count(err.Error(), "`maybe` into bool") != 2 {
+		t.Fatalf("flow style: %v", err)
 	}
 }

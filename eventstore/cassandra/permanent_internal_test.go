@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"testing"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -73,5 +76,85 @@ func TestMarkerNotFoundError(t *testing.T) {
 	}
 	if got, want := err.Error(), "cassandra: marker tx-1/2/process/pay/charge: eventstore: not found"; got != want {
 		t.Fatalf("message %q, want %q", got, want)
+	}
+}
+
+// fail says only what is true of a driver error, also once Close has
+// begun: a request that can never succeed stays permanent (and is not
+// reported closed), a timeout or an interrupted request stays transient
+// (it may have been applied), and ErrClosed is for what the driver
+// refused to send because the session is closed.
+func TestFailClassificationDuringClose(t *testing.T) {
+	type class int
+	const (
+		transient class = iota
+		perm
+		invalid
+		closed
+	)
+	cases := []struct {
+		err          error
+		open, during class // before Close and once it has begun
+	}{
+		{&gocql.RequestErrInvalid{}, perm, perm},
+		{&gocql.RequestErrSyntax{}, perm, perm},
+		{&gocql.RequestErrUnauthorized{}, perm, perm},
+		{&gocql.RequestErrConfig{}, perm, perm},
+		{fmt.Errorf("batch: %w", &gocql.RequestErrInvalid{}), perm, perm},
+		{gocql.MarshalError("can not marshal chan int into varchar"), invalid, invalid},
+		{gocql.ErrSessionClosed, closed, closed},
+		{fmt.Errorf("page 2: %w", gocql.ErrSessionClosed), closed, closed},
+		{gocql.ErrNoConnections, transient, closed},
+		{&gocql.RequestErrWriteTimeout{}, transient, transient},
+		{&gocql.RequestErrReadTimeout{}, transient, transient},
+		{&gocql.RequestErrUnavailable{}, transient, transient},
+		{&gocql.RequestErrOverloaded{}, transient, transient},
+		{&gocql.RequestErrCASWriteUnknown{}, transient, transient},
+		{gocql.ErrTimeoutNoResponse, transient, transient},
+		{gocql.ErrConnectionClosed, transient, transient},
+		{io.EOF, transient, transient},
+		{net.ErrClosed, transient, transient},
+		{context.DeadlineExceeded, transient, transient},
+		{context.Canceled, transient, transient},
+		{errors.New("connection reset"), transient, transient},
+	}
+	check := func(s *Store, state string, err error, want class) {
+		t.Helper()
+		got := s.fail("op", err)
+		is := func(target error) bool { return errors.Is(got, target) }
+		var ok bool
+		switch want {
+		case transient:
+			ok = !is(eventstore.ErrPermanent) && !is(eventstore.ErrClosed)
+		case perm:
+			ok = is(eventstore.ErrPermanent) && !is(eventstore.ErrInvalid) && !is(eventstore.ErrClosed)
+		case invalid:
+			ok = is(eventstore.ErrInvalid) && is(eventstore.ErrPermanent) && !is(eventstore.ErrClosed)
+		case closed:
+			ok = is(eventstore.ErrClosed) && !is(eventstore.ErrPermanent)
+		}
+		if !ok {
+			t.Errorf("%s: %T %v gave %v, want class %d (0 transient, 1 permanent, 2 invalid, 3 closed)", state, err, err, got, want)
+		}
+		if !is(err) {
+			t.Errorf("%s: %T: the driver error is not wrapped: %v", state, err, got)
+		}
+		if !strings.HasPrefix(got.Error(), "cassandra: op: ") {
+			t.Errorf("%s: message %q lacks the prefix", state, got)
+		}
+	}
+	open, closing := &Store{}, &Store{}
+	closing.closed.Store(true)
+	for _, c := range cases {
+		check(open, "open", c.err, c.open)
+		check(closing, "closing", c.err, c.during)
+	}
+	if got, want := closing.fail("load transaction", gocql.ErrSessionClosed).Error(),
+		"cassandra: load transaction: eventstore: closed (session has been closed)"; got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+	if got, want := closing.fail("transition", &gocql.RequestErrInvalid{}).Error(),
+		"cassandra: transition: eventstore: permanent failure: "; !strings.HasPrefix(got, want) {
+		t.Errorf("message %q, want it to start %q", got, want)
 	}
 }

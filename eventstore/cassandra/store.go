@@ -199,14 +199,28 @@ func (s *Store) check(ctx context.Context, invalid ...error) error {
 	return nil
 }
 
-// fail wraps a driver error; a closed session becomes ErrClosed, a
-// request that can never succeed ErrPermanent (see permanent).
+// fail wraps a driver error (%w), saying what it means for the caller:
+//   - a request that can never succeed matches eventstore.ErrPermanent
+//     (see permanent), whenever it fails, also while Close runs;
+//   - the driver's ErrSessionClosed (its session was closed before the
+//     request was sent) matches eventstore.ErrClosed, and once Close has
+//     begun so does ErrNoConnections: the driver found no open connection
+//     to send the request on (Close empties its pools first). Neither was
+//     sent, so nothing was written;
+//   - anything else stays as the driver reported it, also during Close: a
+//     timeout, an unavailable or overloaded replica, an ended context, and
+//     what a request in flight gets when Close closes its connection
+//     (ErrConnectionClosed, io.EOF, a closed network connection, or
+//     context.Canceled for a statement being prepared). Such a request may
+//     have been applied, which ErrClosed would deny (see
+//     eventstore.WatchedCreator); a caller that retries it gets ErrClosed
+//     from check before anything is sent.
 func (s *Store) fail(op string, err error) error {
-	if s.closed.Load() || errors.Is(err, gocql.ErrSessionClosed) {
-		return fmt.Errorf("cassandra: %s: %w (%w)", op, eventstore.ErrClosed, err)
-	}
 	if sentinel := permanent(err); sentinel != nil {
 		return fmt.Errorf("cassandra: %s: %w: %w", op, sentinel, err)
+	}
+	if errors.Is(err, gocql.ErrSessionClosed) || s.closed.Load() && errors.Is(err, gocql.ErrNoConnections) {
+		return fmt.Errorf("cassandra: %s: %w (%w)", op, eventstore.ErrClosed, err)
 	}
 	return fmt.Errorf("cassandra: %s: %w", op, err)
 }

@@ -3,9 +3,12 @@ package cassandra
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"os"
+	"slices"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"gopkg.in/yaml.v3"
 
 	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 )
@@ -13,17 +16,21 @@ import (
 // TLS encrypts the connections to the nodes, as the server's
 // client_encryption_options expect (managed Cassandra services require it).
 // It is on when Enabled or any other field is set; the zero value is plain
-// connections. `enabled: false` next to other keys does not turn it off
-// (a false bool is not told from an absent one); removing the keys does, and
-// so does STACKSAGA_CASSANDRA_TLS_ENABLED=false, whatever else is set. A node's certificate is verified against CAFile (the
-// system's roots without it) and must carry ServerName when set; without
-// it, the IP address the driver dials, among its IP subject alternative
-// names: the driver resolves a contact point's host name to addresses and
-// checks those, so a certificate that names only a DNS host needs
-// ServerName. Relative file names are relative to the working directory.
+// connections. An explicit `enabled: false` in the YAML block turns it off
+// whatever its other keys (or the environment's file and name variables)
+// set; STACKSAGA_CASSANDRA_TLS_ENABLED=false does too, clearing the fields.
+// Enabled or Config set afterwards (STACKSAGA_CASSANDRA_TLS_ENABLED=true, or
+// code) turns it back on with the other fields. A node's certificate is
+// verified against CAFile (the system's roots without it) and must carry
+// ServerName when set; without it, the IP address the driver dials, among
+// its IP subject alternative names: the driver resolves a contact point's
+// host name to addresses and checks those, so a certificate that names
+// only a DNS host needs ServerName. Relative file names are relative to
+// the working directory.
 type TLS struct {
 	// Enabled turns TLS on with the system's roots and no client
-	// certificate (every other field implies it).
+	// certificate (every other field implies it, unless the YAML block
+	// says `enabled: false`).
 	Enabled bool `yaml:"enabled"`
 	// CAFile is a PEM file of the certificates that sign the nodes'
 	// certificates, used instead of the system's roots.
@@ -44,11 +51,55 @@ type TLS struct {
 	// instead of the fields above: for certificates kept in memory or
 	// rotated (tls.Config.GetClientCertificate). Not read from YAML.
 	Config *tls.Config `yaml:"-"`
+
+	// off records an explicit `enabled: false` in YAML (UnmarshalYAML):
+	// the other keys then do not turn TLS on.
+	off bool
 }
 
+// UnmarshalYAML decodes the tls block as usual and remembers whether it
+// says `enabled: false` explicitly, which a bool cannot tell from an absent
+// key. An invalid enabled value is reported under its full key.
+func (t *TLS) UnmarshalYAML(n *yaml.Node) error {
+	type fields TLS // TLS without this method, decoded field by field
+	var explicit struct {
+		Enabled *bool `yaml:"enabled"`
+	}
+	eerr := n.Decode(&explicit)
+	if err := n.Decode((*fields)(t)); err != nil {
+		return nameKey(err, eerr, keyPrefix+"tls.enabled")
+	}
+	t.off = explicit.Enabled != nil && !*explicit.Enabled
+	return nil
+}
+
+// nameKey returns err, the decoding error of a whole block, with the
+// messages that sub, the error of decoding the block's key alone, repeats
+// prefixed by key (yaml's messages name only a line).
+func nameKey(err, sub error, key string) error {
+	var all, own *yaml.TypeError
+	if !errors.As(err, &all) || !errors.As(sub, &own) {
+		return err
+	}
+	named := &yaml.TypeError{Errors: slices.Clone(all.Errors)}
+	left := slices.Clone(own.Errors)
+	for i, msg := range named.Errors {
+		if j := slices.Index(left, msg); j >= 0 {
+			named.Errors[i] = key + ": " + msg
+			left = slices.Delete(left, j, j+1)
+		}
+	}
+	return named
+}
+
+// on reports whether TLS is on: Enabled or Config (set in code or by
+// STACKSAGA_CASSANDRA_TLS_ENABLED=true) always turn it on, the other
+// fields unless the YAML said `enabled: false`.
 func (t TLS) on() bool {
-	return t.Enabled || t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" ||
-		t.InsecureSkipVerify || t.Config != nil
+	if t.Enabled || t.Config != nil {
+		return true
+	}
+	return !t.off && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify)
 }
 
 // client builds the connections' TLS configuration (nil when TLS is off),
