@@ -135,7 +135,11 @@ func (o *Orchestrator[T]) initTelemetry() error {
 	if err != nil {
 		return fmt.Errorf("orchestrator: metrics: %w", err)
 	}
-	o.tel.kafkaOpt, err = telemetry.KafkaMetrics(mp, "stacksaga-orchestrator-"+o.service+"-"+o.domain.Name)
+	kafkaMetrics := telemetry.KafkaMetrics // every client's: the producer, the reply consumer
+	if o.cfg.groupType == topics.GroupShare {
+		kafkaMetrics = telemetry.ShareKafkaMetrics
+	}
+	o.tel.kafkaOpt, err = kafkaMetrics(mp, "stacksaga-orchestrator-"+o.service+"-"+o.domain.Name)
 	if err != nil {
 		o.tel.reg.Unregister()
 		return fmt.Errorf("orchestrator: %w", err)

@@ -38,6 +38,38 @@ func KafkaMetrics(mp metric.MeterProvider, clientID string) (kgo.Opt, error) {
 	return kgo.WithHooks(h), nil
 }
 
+// ShareKafkaMetrics is KafkaMetrics for a client that consumes in a share
+// group (KIP-932). franz-go reports no fetched batches for share fetches,
+// so the messages consumed are counted as the client hands them out, one
+// per delivery: a record released and delivered again counts again. A
+// consumer-group client must use KafkaMetrics, which counts its batches
+// (this would count its records twice); a client that only produces may use
+// either.
+func ShareKafkaMetrics(mp metric.MeterProvider, clientID string) (kgo.Opt, error) {
+	if mp == nil {
+		return nil, errors.New("telemetry: ShareKafkaMetrics: nil MeterProvider")
+	}
+	h, err := newKafkaHooks(mp, clientID)
+	if err != nil {
+		return nil, err
+	}
+	return kgo.WithHooks(shareKafkaHooks{h}), nil
+}
+
+// shareKafkaHooks adds to kafkaHooks the count of the records a share
+// client polls (its fetches call no HookFetchBatchRead).
+type shareKafkaHooks struct{ *kafkaHooks }
+
+var _ kgo.HookFetchRecordUnbuffered = shareKafkaHooks{}
+
+// OnFetchRecordUnbuffered counts a record handed to the application
+// (polled); a record dropped unpolled (the client closing) was not consumed.
+func (h shareKafkaHooks) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
+	if polled {
+		h.consumed.Add(context.Background(), 1, h.topics.Get(topicOp{r.Topic, "receive"})...)
+	}
+}
+
 // newKafkaHooks creates KafkaMetrics' instruments and hooks.
 func newKafkaHooks(mp metric.MeterProvider, clientID string) (*kafkaHooks, error) {
 	m := mp.Meter(ScopeName + "/kafka")

@@ -52,6 +52,9 @@ func (w *Worker) runShare(ctx context.Context) error {
 	opts := w.baseOpts()
 	opts = append(opts, kgo.ClientID(clientID), kgo.ShareGroup(w.cfg.group), kgo.ConsumeTopics(w.topic))
 	opts = append(opts, kafkaloop.ShareClientOpts(w.cfg.concurrency*2)...)
+	if w.tel.kafkaOpt != nil {
+		opts = append(opts, w.tel.kafkaOpt) // as the consumer-group client (clientOpts)
+	}
 	cl, err := kgo.NewClient(append(opts, w.cfg.kopts...)...)
 	if err != nil {
 		return fmt.Errorf("worker: kafka client: %w", err)

@@ -15,7 +15,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/stacksaga-go/stacksaga/internal/metrictest"
+	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 )
@@ -260,5 +264,37 @@ func TestShareDoesNotOverlapRecordWithReply(t *testing.T) {
 	}
 	if o, x := g.overlapped.Load(), g.executes.Load(); o != 0 || x != 1 {
 		t.Fatalf("ExecuteOverlapped called %d times and Execute %d, want 0 and 1", o, x)
+	}
+}
+
+// A share-group worker with a MeterProvider reports its Kafka client's
+// messages, connections and produce latency, as a consumer-group worker
+// does: its one client (the share consumer, which also produces the
+// replies) carries the telemetry hooks.
+func TestShareWorkerKafkaMetrics(t *testing.T) {
+	e := newRealKafkaPartitions(t, 1)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	w := shareWorker(e, worker.WithMeterProvider(mp))
+	e.start(w)
+	const n = 5
+	for i := range n {
+		e.send(e.cmd(fmt.Sprintf("m%d", i), "charge", 0, topics.KindProcess, Order{ID: fmt.Sprint(i), Amount: 1}))
+	}
+	e.waitFor("every command replied", func(rs []*topics.Envelope, _ []*kgo.Record) bool { return len(rs) >= n })
+	// A reply is read before its command is counted: wait for the count,
+	// which follows the fetch and the produce the metrics count.
+	waitStats(t, w, worker.Stats{Processed: n})
+
+	ms := metrictest.Collect(t, reader)
+	client := attribute.String("messaging.client.id", "stacksaga-worker-"+e.service)
+	if got := metrictest.Total(ms[telemetry.MetricKafkaConsumed], client, attribute.String("messaging.destination.name", e.command)); got < n {
+		t.Errorf("%s of the command topic = %v, want at least %d", telemetry.MetricKafkaConsumed, got, n)
+	}
+	if got := metrictest.Total(ms[telemetry.MetricKafkaSent], client); got < n {
+		t.Errorf("%s = %v, want at least the %d replies", telemetry.MetricKafkaSent, got, n)
+	}
+	if got := metrictest.Total(ms[telemetry.MetricKafkaConnects], client); got == 0 {
+		t.Errorf("%s = 0", telemetry.MetricKafkaConnects)
 	}
 }

@@ -123,7 +123,11 @@ func (w *Worker) initTelemetry() error {
 		}
 		w.tel.regs = append(w.tel.regs, reg)
 	}
-	w.tel.kafkaOpt, err = telemetry.KafkaMetrics(mp, "stacksaga-worker-"+w.service)
+	kafkaMetrics := telemetry.KafkaMetrics
+	if w.cfg.groupType == topics.GroupShare {
+		kafkaMetrics = telemetry.ShareKafkaMetrics
+	}
+	w.tel.kafkaOpt, err = kafkaMetrics(mp, "stacksaga-worker-"+w.service)
 	if err != nil {
 		w.closeTelemetry()
 		return fmt.Errorf("worker: %w", err)

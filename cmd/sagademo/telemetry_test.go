@@ -244,3 +244,15 @@ func TestDemoMetricsRealServices(t *testing.T) {
 		t.Errorf("no es_transaction request timed; families: %s", familyNames(fams))
 	}
 }
+
+// The same with every consumer in a share group (KIP-932) on real Kafka:
+// share fetches report no batches, so the clients count the messages they
+// consume record by record (telemetry.ShareKafkaMetrics); the totals hold.
+func TestDemoMetricsShareGroups(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	suffix := testenv.UniqueName(t, "otelshare")
+	res, fams := runWithMetrics(t, "--sagas", "100", "--fail-rate", "0.1", "--mode", "strict", "--group-type", "share",
+		"--kafka", brokers[0], "--suffix", suffix)
+	checkCounts(t, []int{res.sagas, res.completed, res.compensated, res.compensationFailed, res.stuck}, 100, 10)
+	checkDemoMetrics(t, res, fams, placeorder.DefaultNames().WithSuffix(suffix).Domain)
+}
