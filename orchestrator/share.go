@@ -81,8 +81,12 @@ func (o *Orchestrator[T]) shareClientOpts() []kgo.Opt {
 // runShare consumes the callback topic as a share group until ctx ends.
 func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) error {
 	group := o.cfg.group(o.scope, o.domain.Name)
-	if err := topics.CheckShareGroups(ctx, cons); err != nil {
+	support, err := topics.ProbeShareGroups(ctx, cons)
+	if err != nil {
 		return fmt.Errorf("orchestrator: group type %s: %w", topics.GroupShare, err)
+	}
+	if !support.LockRenewal {
+		o.logger().Warn("orchestrator: the brokers cannot renew share-group record locks (KIP-1222, Kafka 4.2): a reply applied for longer than the record lock is delivered again meanwhile", "group", group)
 	}
 	if err := topics.ConfigureShareGroup(ctx, cons, group, o.cfg.share); err != nil {
 		if o.cfg.provision {
@@ -95,6 +99,7 @@ func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) 
 		Concurrency:   o.cfg.concurrency,
 		Logger:        o.cfg.logger,
 		DeliveryLimit: o.cfg.share.Limit(),
+		RenewLocks:    support.LockRenewal,
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
 			return o.deadLetter(pctx, r, dlGivenUp, "orchestrator: "+reason)
 		},

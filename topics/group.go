@@ -88,11 +88,13 @@ type ShareSettings struct {
 	DeliveryLimit int
 	// RecordLock is the group's share.record.lock.duration.ms, the
 	// acquisition lock: a member that dies (kill -9) keeps its records
-	// that long before they are redelivered; a step that runs longer is
-	// redelivered while it runs (write protection keeps it from running
-	// twice). 0 leaves the broker's setting (30s by default) alone;
-	// otherwise between MinRecordLock and MaxRecordLock, and not below the
-	// broker's group.share.min.record.lock.duration.ms.
+	// that long before they are redelivered. The workers and orchestrators
+	// renew the locks of the records they hold, on brokers that can
+	// (ProbeShareGroups' LockRenewal), so a step that runs longer keeps
+	// its record; without renewal it is redelivered while it runs. 0
+	// leaves the broker's setting (30s by default) alone; otherwise
+	// between MinRecordLock and MaxRecordLock, and not below the broker's
+	// group.share.min.record.lock.duration.ms.
 	RecordLock time.Duration
 }
 
@@ -124,6 +126,15 @@ func (s ShareSettings) Validate() error {
 // 4.2 on.
 var ErrShareGroupsUnsupported = errors.New("topics: the Kafka brokers do not support share groups (need Kafka 4.2 or later with the share.version feature finalized)")
 
+// ShareSupport is what a broker's share-group implementation offers
+// beyond the basics CheckShareGroups requires.
+type ShareSupport struct {
+	// LockRenewal: the broker takes renew acknowledgements (KIP-1222,
+	// ShareAcknowledge v2, Kafka 4.2 on), so a consumer can keep the
+	// acquisition lock of a record it is still processing.
+	LockRenewal bool
+}
+
 // CheckShareGroups asks a broker (ApiVersions) whether share groups can
 // work: the share.version feature finalized at level 1 or above and the
 // ShareGroupHeartbeat, ShareFetch and ShareAcknowledge APIs. It returns an
@@ -131,15 +142,22 @@ var ErrShareGroupsUnsupported = errors.New("topics: the Kafka brokers do not sup
 // is missing, so that a SHARE group type fails at start instead of
 // consuming nothing.
 func CheckShareGroups(ctx context.Context, r kmsg.Requestor) error {
+	_, err := ProbeShareGroups(ctx, r)
+	return err
+}
+
+// ProbeShareGroups is CheckShareGroups that also reports what the broker
+// supports beyond the basics (from the same ApiVersions answer).
+func ProbeShareGroups(ctx context.Context, r kmsg.Requestor) (ShareSupport, error) {
 	req := kmsg.NewPtrApiVersionsRequest()
 	req.ClientSoftwareName = "stacksaga"
 	req.ClientSoftwareVersion = "1"
 	resp, err := req.RequestWith(ctx, r)
 	if err != nil {
-		return fmt.Errorf("topics: check share-group support: %w", err)
+		return ShareSupport{}, fmt.Errorf("topics: check share-group support: %w", err)
 	}
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return fmt.Errorf("topics: check share-group support: %w", err)
+		return ShareSupport{}, fmt.Errorf("topics: check share-group support: %w", err)
 	}
 	var missing []string
 	level := int16(0)
@@ -151,20 +169,25 @@ func CheckShareGroups(ctx context.Context, r kmsg.Requestor) error {
 	if level < 1 {
 		missing = append(missing, fmt.Sprintf("feature share.version is at level %d", level))
 	}
-	have := make(map[int16]bool, len(resp.ApiKeys))
+	maxVersion := make(map[int16]int16, len(resp.ApiKeys))
 	for _, k := range resp.ApiKeys {
-		have[k.ApiKey] = true
+		maxVersion[k.ApiKey] = k.MaxVersion
 	}
-	for _, k := range []int16{(&kmsg.ShareGroupHeartbeatRequest{}).Key(), (&kmsg.ShareFetchRequest{}).Key(), (&kmsg.ShareAcknowledgeRequest{}).Key()} {
-		if !have[k] {
+	ack := (&kmsg.ShareAcknowledgeRequest{}).Key()
+	for _, k := range []int16{(&kmsg.ShareGroupHeartbeatRequest{}).Key(), (&kmsg.ShareFetchRequest{}).Key(), ack} {
+		if _, ok := maxVersion[k]; !ok {
 			missing = append(missing, "no "+kmsg.NameForKey(k)+" API")
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s", ErrShareGroupsUnsupported, strings.Join(missing, ", "))
+		return ShareSupport{}, fmt.Errorf("%w: %s", ErrShareGroupsUnsupported, strings.Join(missing, ", "))
 	}
-	return nil
+	return ShareSupport{LockRenewal: maxVersion[ack] >= shareAckRenewVersion}, nil
 }
+
+// shareAckRenewVersion is the first ShareAcknowledge version with renew
+// acknowledgements (IsRenewAck, KIP-1222).
+const shareAckRenewVersion = 2
 
 // ConfigureShareGroup sets the group configs of the share group: always
 // share.auto.offset.reset=earliest (so that a new group also gets the

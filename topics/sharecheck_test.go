@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
@@ -17,6 +18,12 @@ import (
 
 func checkShare(t *testing.T, brokers []string) error {
 	t.Helper()
+	_, err := probeShare(t, brokers)
+	return err
+}
+
+func probeShare(t *testing.T, brokers []string) (topics.ShareSupport, error) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +31,10 @@ func checkShare(t *testing.T, brokers []string) error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return topics.CheckShareGroups(ctx, cl)
+	if err := topics.CheckShareGroups(ctx, cl); err != nil {
+		return topics.ShareSupport{}, err
+	}
+	return topics.ProbeShareGroups(ctx, cl)
 }
 
 // A broker without share groups (Kafka 3.9) is refused with
@@ -45,14 +55,39 @@ func TestCheckShareGroupsInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cur.Close()
-	if err := checkShare(t, cur.ListenAddrs()); err != nil {
-		t.Errorf("newest in-process broker: %v", err)
+	if s, err := probeShare(t, cur.ListenAddrs()); err != nil || !s.LockRenewal {
+		t.Errorf("newest in-process broker: %+v, %v; want share groups with lock renewal", s, err)
 	}
 }
 
-// The project's real Kafka (scripts/services) has share groups.
+// Lock renewal (KIP-1222) came with Kafka 4.2's ShareAcknowledge v2: a
+// broker with share groups but ShareAcknowledge v1 (a 4.1 cluster with
+// share.version finalized) has none.
+func TestProbeShareGroupsLockRenewal(t *testing.T) {
+	v1 := kversion.V4_2_0()
+	v1.SetMaxKeyVersion((&kmsg.ShareAcknowledgeRequest{}).Key(), 1)
+	for _, c := range []struct {
+		v     *kversion.Versions
+		name  string
+		renew bool
+	}{{v1, "ShareAcknowledge v1", false}, {kversion.V4_2_0(), "4.2", true}} {
+		cl, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.MaxVersions(c.v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := probeShare(t, cl.ListenAddrs())
+		cl.Close()
+		if err != nil || s.LockRenewal != c.renew {
+			t.Errorf("%s: %+v, %v; want LockRenewal %v", c.name, s, err, c.renew)
+		}
+	}
+}
+
+// The project's real Kafka (scripts/services) has share groups, with lock
+// renewal.
 func TestCheckShareGroupsKafka(t *testing.T) {
-	if err := checkShare(t, testenv.KafkaBrokers(t)); err != nil {
-		t.Fatal(err)
+	s, err := probeShare(t, testenv.KafkaBrokers(t))
+	if err != nil || !s.LockRenewal {
+		t.Fatalf("%+v, %v; want share groups with lock renewal", s, err)
 	}
 }

@@ -60,8 +60,12 @@ func (w *Worker) runShare(ctx context.Context) error {
 		return fmt.Errorf("worker: kafka client: %w", err)
 	}
 	defer cl.Close()
-	if err := topics.CheckShareGroups(ctx, cl); err != nil {
+	support, err := topics.ProbeShareGroups(ctx, cl)
+	if err != nil {
 		return fmt.Errorf("worker: group type %s: %w", topics.GroupShare, err)
+	}
+	if !support.LockRenewal {
+		w.log.Warn("worker: the brokers cannot renew share-group record locks (KIP-1222, Kafka 4.2): a step running longer than the record lock is delivered again meanwhile", "group", w.cfg.group)
 	}
 	if err := topics.ConfigureShareGroup(ctx, cl, w.cfg.group, w.cfg.share); err != nil {
 		if !w.cfg.noProvision {
@@ -97,6 +101,7 @@ func (w *Worker) runShare(ctx context.Context) error {
 		Concurrency:   w.cfg.concurrency,
 		Logger:        w.log,
 		DeliveryLimit: w.cfg.share.Limit(),
+		RenewLocks:    support.LockRenewal,
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
 			w.dropPending(r)
 			return w.deadLetter(pctx, cl, r, ReasonGivenUp+": "+reason)

@@ -298,3 +298,54 @@ func TestShareWorkerKafkaMetrics(t *testing.T) {
 		t.Errorf("%s = 0", telemetry.MetricKafkaConnects)
 	}
 }
+
+// A step that runs longer than the share group's acquisition lock keeps
+// its record: the instance running it renews the lock, so the other
+// instance sharing the partition is not handed the command meanwhile, and
+// the step runs once and replies once.
+func TestShareLongStepKeepsItsLock(t *testing.T) {
+	const lock = 2 * time.Second // scripts/services lets a group go down to 1s
+	e := newRealKafkaPartitions(t, 1)
+	var mu sync.Mutex
+	runs := map[string]int{} // instance → runs of the slow step
+	slowWorker := func(name string) *worker.Worker {
+		w := shareWorker(e, worker.WithShareSettings(topics.ShareSettings{RecordLock: lock}))
+		if err := worker.Register(w, worker.Endpoint[Order]{
+			Name: "slow",
+			Process: func(_ context.Context, _ *worker.Step, o Order) (Order, error) {
+				mu.Lock()
+				runs[name]++
+				mu.Unlock()
+				time.Sleep(5 * lock / 2) // the lock ends twice meanwhile unless renewed
+				return o, nil
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	a, b := slowWorker("a"), slowWorker("b")
+	e.start(a)
+	e.start(b)
+	e.send(e.cmd("t-slow", "slow", 0, topics.KindProcess, Order{ID: "slow"}))
+	if r := e.reply("t-slow", 0, topics.KindProcess); r.Outcome != topics.OutcomeOK {
+		t.Fatalf("reply %+v", r)
+	}
+	// The reply is produced before its command is counted and accepted.
+	// Had the lock ended, the other instance would have started the step
+	// again two seconds in, long before this first run replied.
+	waitForCond(t, "the slow command counted", func() bool { return a.Stats().Processed+b.Stats().Processed >= 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if runs["a"]+runs["b"] != 1 {
+		t.Errorf("the slow step ran %v times by instance, want once in all", runs)
+	}
+	if sa, sb := a.Stats(), b.Stats(); sa.Processed+sb.Processed != 1 {
+		t.Errorf("stats %+v and %+v: want one command processed", sa, sb)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.replies) != 1 {
+		t.Errorf("%d replies, want 1", len(e.replies))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -42,9 +43,13 @@ import (
 // A poll's records are all acknowledged before the next poll (kgo accepts
 // whatever a poll left unacknowledged when it polls again), so a slow record
 // holds back the next poll; Options.MaxPollRecords (which ShareClientOpts
-// also sends as the fetch's record limit) bounds a poll. A record whose
-// handler runs longer than the acquisition lock is redelivered to another
-// member meanwhile.
+// also sends as the fetch's record limit) bounds a poll. With
+// Options.RenewLocks the loop renews the acquisition lock of every record
+// of the poll in hand every third of the lock until it is acknowledged, so
+// a slow handler (or a long queue behind Options.Concurrency) keeps its
+// records; without it a record whose handler runs longer than the lock is
+// redelivered to another member meanwhile. A process that dies stops
+// renewing: its records come back after one lock.
 //
 // Shutdown: when ctx ends, the records of the poll in hand that have not
 // started are released at once (another member gets them without waiting
@@ -173,7 +178,50 @@ func (s *shareLoop) batch(ctx context.Context, recs []*kgo.Record) {
 			}
 		}(byKey[k])
 	}
+	if s.o.RenewLocks {
+		defer s.renew(recs)()
+	}
 	wg.Wait()
+}
+
+// minRenewEvery bounds how often a poll's locks are renewed.
+const minRenewEvery = 100 * time.Millisecond
+
+// renew renews the acquisition locks of recs until the returned stop is
+// called: first after a third of the shortest lock left among them (a
+// record may have waited in the client's buffer before the poll), then
+// every third of the longest (a renewed lock is the group's whole lock,
+// which is at least that). A record already acknowledged ignores the
+// renewal (kgo's Ack keeps the first final status), and so does one whose
+// previous renewal the broker has not confirmed yet.
+func (s *shareLoop) renew(recs []*kgo.Record) (stop func()) {
+	now := time.Now()
+	shortest, longest := time.Duration(math.MaxInt64), time.Duration(0)
+	for _, r := range recs {
+		left := r.AcquisitionDeadline().Sub(now)
+		shortest, longest = min(shortest, left), max(longest, left)
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTimer(max(shortest/3, minRenewEvery))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			for _, r := range recs {
+				r.Ack(kgo.AckRenew)
+			}
+			t.Reset(max(longest/3, minRenewEvery))
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
 }
 
 // one handles r, unless ctx has ended (then it is released at once), and

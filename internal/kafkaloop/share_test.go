@@ -26,9 +26,9 @@ type shareEnv struct {
 	group string
 }
 
-func newShareEnv(t *testing.T, s topics.ShareSettings) *shareEnv {
+func newShareEnv(t *testing.T, s topics.ShareSettings, opts ...kfake.Opt) *shareEnv {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(1, topic)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +56,10 @@ func (e *shareEnv) produce(keys ...string) {
 
 // member runs RunShare with h in its own client until the returned stop is
 // called (stop waits for RunShare and closes the client).
-func (e *shareEnv) member(h kafkaloop.Handler, o kafkaloop.Options) (stop func()) {
+func (e *shareEnv) member(h kafkaloop.Handler, o kafkaloop.Options, opts ...kgo.Opt) (stop func()) {
 	e.t.Helper()
-	cl, err := kgo.NewClient(append(kafkaloop.ShareClientOpts(o.MaxPollRecords),
-		kgo.SeedBrokers(e.c.ListenAddrs()...), kgo.ShareGroup(e.group), kgo.ConsumeTopics(topic))...)
+	cl, err := kgo.NewClient(append(append(kafkaloop.ShareClientOpts(o.MaxPollRecords),
+		kgo.SeedBrokers(e.c.ListenAddrs()...), kgo.ShareGroup(e.group), kgo.ConsumeTopics(topic)), opts...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -332,5 +332,67 @@ func TestShareShutdownReleasesInFlight(t *testing.T) {
 		if fmt.Sprint(why) != "[shutdown]" {
 			t.Errorf("%s released %v", v, why)
 		}
+	}
+}
+
+// A record whose handler runs longer than the acquisition lock keeps it
+// while RenewLocks renews it: the broker confirms every renewal and the
+// final accept, and the record runs once. Without renewal the lock ends
+// while the handler runs and the record is delivered again.
+func TestShareRenewsLocksOfSlowRecords(t *testing.T) {
+	const lock = 2 * time.Second
+	for _, renew := range []bool{true, false} {
+		t.Run(fmt.Sprintf("renew=%v", renew), func(t *testing.T) {
+			t.Parallel()
+			e := newShareEnv(t, topics.ShareSettings{}, kfake.BrokerConfigs(map[string]string{
+				"group.share.record.lock.duration.ms": fmt.Sprint(lock.Milliseconds()),
+			}))
+			tl := newTally()
+			var acks, ackErrs int
+			var afterDone int // ack results received after the slow run ended
+			h := func(_ context.Context, r *kgo.Record) error {
+				tl.mu.Lock()
+				tl.runs[string(r.Value)]++
+				first := tl.runs[string(r.Value)] == 1
+				tl.mu.Unlock()
+				if first {
+					time.Sleep(5 * lock / 2) // the lock ends twice meanwhile unless renewed
+				}
+				tl.mu.Lock()
+				tl.ok[string(r.Value)]++
+				tl.mu.Unlock()
+				tl.poke()
+				return nil
+			}
+			onAck := kgo.ShareAckCallback(func(_ *kgo.Client, rs kgo.ShareAckResults) {
+				tl.mu.Lock()
+				for _, r := range rs {
+					acks++
+					if r.Err != nil {
+						ackErrs++
+					}
+					if tl.ok["v0"] > 0 {
+						afterDone++
+					}
+				}
+				tl.mu.Unlock()
+				tl.poke()
+			})
+			e.member(h, kafkaloop.Options{RenewLocks: renew, Released: tl.release}, onAck)
+			e.produce("slow")
+			if !renew {
+				tl.waitFor(t, "the slow record delivered again", func() bool { return tl.runs["v0"] == 2 })
+				return
+			}
+			tl.waitFor(t, "the slow record's accept confirmed", func() bool { return afterDone > 0 })
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			if tl.runs["v0"] != 1 || len(tl.released) != 0 || ackErrs != 0 {
+				t.Errorf("runs %v, released %v, %d of %d acknowledgements refused: want one run, no release, none refused", tl.runs, tl.released, ackErrs, acks)
+			}
+			if acks < 3 {
+				t.Errorf("%d acknowledgements, want at least two renewals and the accept", acks)
+			}
+		})
 	}
 }
