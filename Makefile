@@ -23,8 +23,8 @@ test: ## start services if needed, then go test -race over the whole module
 	@set -e; \
 	if [ -n "$$KAFKA_BROKERS" ] && [ -n "$$CASSANDRA_HOSTS" ]; then \
 		echo "make test: using KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS"; \
-		if [ -z "$$CASSANDRA_TLS_CA" ] || [ -z "$$KAFKA_SASL_SSL_BROKERS" ]; then \
-			echo "make test: note: no TLS endpoints (CASSANDRA_TLS_CA, KAFKA_SASL_SSL_BROKERS): the OverTLS tests will fail;" \
+		if [ -z "$$CASSANDRA_TLS_HOSTS" ] || [ -z "$$KAFKA_SASL_SSL_BROKERS" ]; then \
+			echo "make test: note: no TLS endpoints (CASSANDRA_TLS_HOSTS, KAFKA_SASL_SSL_BROKERS): the OverTLS tests will fail;" \
 				"for servers without TLS listeners (docker compose) add TEST_FLAGS='-skip OverTLS'"; \
 		fi; \
 	else \
@@ -33,7 +33,7 @@ test: ## start services if needed, then go test -race over the whole module
 	fi; \
 	export KAFKA_BROKERS CASSANDRA_HOSTS STACKSAGA_REQUIRE_SERVICES=1; \
 	echo "make test: go test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)  (KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS" \
-		"KAFKA_SASL_SSL_BROKERS=$${KAFKA_SASL_SSL_BROKERS:-} CASSANDRA_TLS_CA=$${CASSANDRA_TLS_CA:-})"; \
+		"KAFKA_SASL_SSL_BROKERS=$${KAFKA_SASL_SSL_BROKERS:-} CASSANDRA_TLS_HOSTS=$${CASSANDRA_TLS_HOSTS:-})"; \
 	start=$$(date +%s); rc=0; \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS) || rc=$$?; \
 	echo "make test: PHASE tests: $$(( $$(date +%s) - start ))s (exit $$rc)"; \

@@ -30,16 +30,19 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"software.sslmate.com/src/go-pkcs12"
 )
 
 // Environment variables read by this package.
@@ -51,10 +54,16 @@ const (
 	// EnvRequireServices, when "1" (or "true"), turns every would-be skip
 	// into a failure.
 	EnvRequireServices = "STACKSAGA_REQUIRE_SERVICES"
-	// EnvCassandraTLSCA is the PEM file of the certificate that signs the
-	// TLS endpoint of the Cassandra at CASSANDRA_HOSTS (scripts/services
-	// serves TLS on the same port and exports it).
-	EnvCassandraTLSCA = "CASSANDRA_TLS_CA"
+	// EnvCassandraTLSHosts lists the TLS native port of the Cassandra at
+	// CASSANDRA_HOSTS, which takes only TLS and requires a client
+	// certificate; EnvCassandraTLSCA is the PEM file of the certificate
+	// that signs it, EnvCassandraTLSClient the PKCS12 keystore (password
+	// EnvCassandraTLSClientPassword) of a client certificate it trusts
+	// (scripts/services serves one and exports them all).
+	EnvCassandraTLSHosts          = "CASSANDRA_TLS_HOSTS"
+	EnvCassandraTLSCA             = "CASSANDRA_TLS_CA"
+	EnvCassandraTLSClient         = "CASSANDRA_TLS_CLIENT"
+	EnvCassandraTLSClientPassword = "CASSANDRA_TLS_CLIENT_PASSWORD"
 	// EnvKafkaSASLSSLBrokers lists the brokers' SASL_SSL listener (TLS and
 	// SASL/PLAIN) of the Kafka at KAFKA_BROKERS, EnvKafkaTLSCA the PEM file
 	// that signs its certificate and EnvKafkaSASLUser/Password the user it
@@ -165,30 +174,77 @@ func CassandraHosts(t testing.TB) []string {
 	return cass.get(t)
 }
 
-// CassandraTLS returns the contact points of a real Cassandra cluster that
-// also accepts TLS connections and the PEM file that signs its
-// certificate (CASSANDRA_TLS_CA), or skips t (fails it with
-// STACKSAGA_REQUIRE_SERVICES=1): scripts/services' Cassandra serves TLS
-// next to plain connections; the compose file's and testcontainers' do not.
-func CassandraTLS(t testing.TB) (hosts []string, caFile string) {
+// CassandraSecure is a Cassandra native port that takes only TLS and
+// requires a client certificate.
+type CassandraSecure struct {
+	Hosts  []string
+	CAFile string // PEM: the certificate that signs the node's
+	// CertFile and KeyFile are a PEM client certificate the node trusts
+	// and its key (written into a temporary directory of the test).
+	CertFile, KeyFile string
+}
+
+// CassandraTLS returns the TLS native port of the real Cassandra the
+// tests run on (CASSANDRA_TLS_HOSTS, CASSANDRA_TLS_CA, CASSANDRA_TLS_CLIENT
+// and CASSANDRA_TLS_CLIENT_PASSWORD), the client certificate converted to
+// PEM files, or skips t (fails it with STACKSAGA_REQUIRE_SERVICES=1):
+// scripts/services' Cassandra serves one next to its plain port; the
+// compose file's and testcontainers' do not.
+func CassandraTLS(t testing.TB) CassandraSecure {
 	t.Helper()
-	hosts = CassandraHosts(t)
-	if hosts == nil {
-		return nil, ""
+	if CassandraHosts(t) == nil {
+		return CassandraSecure{}
 	}
-	caFile = strings.TrimSpace(os.Getenv(EnvCassandraTLSCA))
-	if caFile == "" {
-		const why = "the Cassandra TLS tests need a node that serves TLS: scripts/services' does, and " +
-			"`eval \"$(scripts/services env)\"` exports its certificate (make test does it; a server an older scripts/services started has none until " +
+	get := func(name string) string { return strings.TrimSpace(os.Getenv(name)) }
+	hosts, ca, client, pass := get(EnvCassandraTLSHosts), get(EnvCassandraTLSCA), get(EnvCassandraTLSClient), get(EnvCassandraTLSClientPassword)
+	if hosts == "" || ca == "" || client == "" || pass == "" {
+		const why = "the Cassandra TLS tests need a node with a TLS port that requires client certificates: scripts/services' has one, and " +
+			"`eval \"$(scripts/services env)\"` exports it (make test does it; a server an older scripts/services started has none until " +
 			"`scripts/services down && scripts/services up`, and a JDK without keytool gives none: see up's warning); " +
 			"against another Cassandra, run `make test TEST_FLAGS='-skip OverTLS'`"
-		Unavailable(t, EnvCassandraTLSCA+" is not set: "+why)
-		return nil, ""
+		Unavailable(t, fmt.Sprintf("%s, %s, %s or %s is not set: %s", EnvCassandraTLSHosts, EnvCassandraTLSCA, EnvCassandraTLSClient, EnvCassandraTLSClientPassword, why))
+		return CassandraSecure{}
 	}
-	if _, err := os.Stat(caFile); err != nil {
+	addrs, err := parseAddrs(hosts)
+	if err == nil {
+		err = checkReachable(addrs, 5*time.Second)
+	}
+	if err != nil {
+		t.Fatalf("testenv: %s=%q: %v", EnvCassandraTLSHosts, hosts, err)
+	}
+	if _, err := os.Stat(ca); err != nil {
 		t.Fatalf("testenv: %s: %v", EnvCassandraTLSCA, err)
 	}
-	return hosts, caFile
+	cert, key, err := pemFromPKCS12(client, pass, t.TempDir())
+	if err != nil {
+		t.Fatalf("testenv: %s: %v", EnvCassandraTLSClient, err)
+	}
+	return CassandraSecure{Hosts: addrs, CAFile: ca, CertFile: cert, KeyFile: key}
+}
+
+// pemFromPKCS12 writes the certificate and private key of the PKCS12
+// keystore at path (as keytool makes them) to PEM files in dir.
+func pemFromPKCS12(path, password, dir string) (certFile, keyFile string, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", err
+	}
+	key, cert, _, err := pkcs12.DecodeChain(data, password)
+	if err != nil {
+		return "", "", fmt.Errorf("decode %s: %w", path, err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: private key: %w", path, err)
+	}
+	certFile, keyFile = filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
 }
 
 // KafkaSecure is a Kafka listener that takes TLS and SASL/PLAIN.
