@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -30,7 +31,7 @@ import (
 func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (*report, error) {
 	rep := &report{
 		Sagas: o.sagas, Warmup: o.warmup, NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		Kafka: o.kafka, Cassandra: o.cassandra, LoadStart: loadAvg(), Started: time.Now().UTC(), Rounds: o.rounds,
+		Kafka: o.kafka, KafkaSecurity: o.kafkaSecurity, Cassandra: o.cassandra, LoadStart: loadAvg(), Started: time.Now().UTC(), Rounds: o.rounds,
 	}
 	if o.noFloor {
 		rep.Rounds, rep.NoFloor = 1, true
@@ -43,6 +44,14 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 	runID := randomID()
 	if o.fresh {
 		o.keyspace += "_" + runID
+	}
+	if o.cassandra != "" && slices.ContainsFunc(cells, func(c cellSpec) bool { return c.Cassandra }) {
+		// Checked before any cell runs (the TLS files read).
+		var err error
+		if o.cassandraCfg, o.cassandraCluster, err = storeConfig(o); err != nil {
+			return nil, err
+		}
+		rep.CassandraTLS = o.cassandraCluster.SslOpts != nil
 	}
 	var cass *cassandra.Store
 	var floorCQL *floorSession
@@ -127,10 +136,14 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 		brokers = c.ListenAddrs()
 	}
 	suffix := "b" + runID + "-" + spec.Name
+	var kopts []kgo.Opt // TLS and SASL, for the real broker only
+	if spec.RealKafka {
+		kopts = o.kafkaOpts
+	}
 	var fwTopics []string // of every framework run of the cell
 	if spec.RealKafka {
 		// Leave the shared broker as it was found.
-		defer func() { deleteTopics(brokers, fwTopics) }()
+		defer func() { deleteTopics(brokers, kopts, fwTopics) }()
 	}
 	var store eventstore.Store = memory.New()
 	if cass != nil && spec.Cassandra {
@@ -157,7 +170,7 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 		}
 		names := placeorder.DefaultNames().WithSuffix(s)
 		fwTopics = append(fwTopics, frameworkTopics(names)...)
-		fw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: names, logger: logger}
+		fw := &framework{spec: spec, brokers: brokers, kafkaOpts: kopts, store: store, cass: cass, names: names, logger: logger}
 		m, rt, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
 		label := tag(i)
 		if i < 0 && (!o.noFloor || o.telemetry >= 0) {
@@ -175,7 +188,7 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 		if o.telemetry < 0 {
 			return nil
 		}
-		return measureTelemetry(ctx, o, spec, suffix, brokers, store, cass, logger, res, progress)
+		return measureTelemetry(ctx, o, spec, suffix, brokers, kopts, store, cass, logger, res, progress)
 	}
 
 	// The cell's first framework run counts the statements a saga sends
@@ -200,9 +213,9 @@ func runCell(ctx context.Context, o options, spec cellSpec, runID string, cass *
 	plan := planFromRoundTrips(rt)
 	// Each run of fl provisions its own topics and saga ids (the prefix
 	// gets the run's number), so the rounds share one floor.
-	fl := &floor{spec: spec, brokers: brokers, session: fs, plan: plan, topicPrefix: "sagabench.floor-" + suffix, valueSize: envelopeSize()}
+	fl := &floor{spec: spec, brokers: brokers, kafkaOpts: kopts, session: fs, plan: plan, topicPrefix: "sagabench.floor-" + suffix, valueSize: envelopeSize()}
 	if spec.RealKafka {
-		defer func() { deleteTopics(brokers, fl.topics()) }()
+		defer func() { deleteTopics(brokers, kopts, fl.topics()) }()
 	}
 	runFloor := func(i int) (measure, error) {
 		m, err := fl.run(ctx, true, plan.perSaga() > 0, o.warmup, o.sagas, o.timeout)
@@ -288,14 +301,41 @@ func setRounds(res *cellResult, rounds []cellRound) {
 	}
 }
 
-// openStore opens the framework's Cassandra store, creating the schema.
-func openStore(ctx context.Context, o options) (*cassandra.Store, error) {
+// storeConfig is the Cassandra store's configuration: the defaults,
+// sagabench's (replication factor 1, the schema created), the
+// STACKSAGA_CASSANDRA_* variables (o.lookup: TLS, credentials,
+// consistency, timeouts, ...), then the contact points and keyspace of the
+// flags; and its driver configuration, which reads the TLS files.
+func storeConfig(o options) (cassandra.Config, *gocql.ClusterConfig, error) {
 	cfg := cassandra.DefaultConfig()
-	cfg.ContactPoints = splitList(o.cassandra)
-	cfg.Keyspace = o.keyspace
 	cfg.Replication = cassandra.SimpleReplication(1)
 	cfg.CreateSchema = true
-	s, err := cassandra.New(ctx, cfg)
+	if err := cfg.ApplyEnv(o.lookup); err != nil {
+		return cassandra.Config{}, nil, fmt.Errorf("--cassandra: %w", err)
+	}
+	cfg.ContactPoints = splitList(o.cassandra)
+	cfg.Keyspace = o.keyspace
+	cl, err := cfg.ClusterConfig()
+	if err != nil {
+		return cassandra.Config{}, nil, fmt.Errorf("--cassandra: %w", err)
+	}
+	return cfg, cl, nil
+}
+
+// cluster is a driver configuration of sagabench's own sessions (the
+// floor's, the keyspace drop's) on the contact points of --cassandra, with
+// the store's TLS and credentials (o.cassandraCluster).
+func cluster(o options) *gocql.ClusterConfig {
+	cl := gocql.NewCluster(splitList(o.cassandra)...)
+	if sc := o.cassandraCluster; sc != nil {
+		cl.SslOpts, cl.Authenticator = sc.SslOpts, sc.Authenticator
+	}
+	return cl
+}
+
+// openStore opens the framework's Cassandra store, creating the schema.
+func openStore(ctx context.Context, o options) (*cassandra.Store, error) {
+	s, err := cassandra.New(ctx, o.cassandraCfg)
 	if err != nil {
 		return nil, fmt.Errorf("cassandra store: %w", err)
 	}
@@ -312,7 +352,7 @@ var keyspaceName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
 // dropKeyspace drops o.keyspace, the --fresh run's own (its tables hold
 // nothing but this run's sagas).
 func dropKeyspace(o options) error {
-	cl := gocql.NewCluster(splitList(o.cassandra)...)
+	cl := cluster(o)
 	cl.Consistency = gocql.One
 	cl.Timeout = time.Minute // a schema change on a busy node
 	cl.ConnectTimeout = 10 * time.Second
@@ -336,9 +376,10 @@ func frameworkTopics(n placeorder.Names) []string {
 	return append(ts, topics.OrchestratorTopics(n.Domain)...)
 }
 
-// deleteTopics deletes names on brokers, best effort.
-func deleteTopics(brokers []string, names []string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+// deleteTopics deletes names on brokers, best effort; kopts are the
+// client's TLS and SASL options.
+func deleteTopics(brokers []string, kopts []kgo.Opt, names []string) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, kopts...)...)
 	if err != nil {
 		return
 	}

@@ -148,7 +148,7 @@ type floorSession struct {
 }
 
 func openFloorSession(ctx context.Context, o options) (*floorSession, error) {
-	cl := gocql.NewCluster(splitList(o.cassandra)...)
+	cl := cluster(o)
 	cl.Consistency = gocql.LocalQuorum
 	cl.SerialConsistency = gocql.LocalSerial
 	cl.Timeout = 10 * time.Second
@@ -241,8 +241,10 @@ func (f *floorSession) one(ctx context.Context, pk string, ck int, k stmtKind, p
 
 // floor is the minimal loop of one cell.
 type floor struct {
-	spec        cellSpec
-	brokers     []string
+	spec    cellSpec
+	brokers []string
+	// kafkaOpts are the clients' TLS and SASL options.
+	kafkaOpts   []kgo.Opt
 	session     *floorSession // nil: no statements
 	plan        stmtPlan
 	topicPrefix string
@@ -350,7 +352,7 @@ func (r *floorRun) startKafka(ctx context.Context, timeout time.Duration) error 
 	f.mu.Lock()
 	f.created = append(f.created, ts...)
 	f.mu.Unlock()
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...))
+	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.brokers...)}, f.kafkaOpts...)...)
 	if err != nil {
 		return err
 	}
@@ -365,7 +367,7 @@ func (r *floorRun) startKafka(ctx context.Context, timeout time.Duration) error 
 	// topics' partitions directly (no group, no commits): the floor's hops
 	// are the records' own.
 	mk := func(consume ...string) (*kgo.Client, error) {
-		opts := append([]kgo.Opt{kgo.SeedBrokers(f.brokers...), r.produce.opt()}, kafkaloop.ProducerOpts()...)
+		opts := append(append([]kgo.Opt{kgo.SeedBrokers(f.brokers...), r.produce.opt()}, f.kafkaOpts...), kafkaloop.ProducerOpts()...)
 		if len(consume) > 0 {
 			opts = append(opts, kgo.ConsumeTopics(consume...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		}

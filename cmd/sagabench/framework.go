@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
@@ -21,10 +23,12 @@ import (
 type framework struct {
 	spec    cellSpec
 	brokers []string
-	store   eventstore.Store
-	cass    *cassandra.Store // nil unless the cell's store is Cassandra
-	names   placeorder.Names
-	logger  *slog.Logger
+	// kafkaOpts are the Kafka clients' TLS and SASL options.
+	kafkaOpts []kgo.Opt
+	store     eventstore.Store
+	cass      *cassandra.Store // nil unless the cell's store is Cassandra
+	names     placeorder.Names
+	logger    *slog.Logger
 	// tel, when set, instruments the orchestrator and the workers.
 	tel *benchTelemetry
 }
@@ -62,7 +66,7 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 			return measure{}, nil, err
 		}
 		wopts := []worker.Option{worker.WithBrokers(f.brokers...), worker.WithLogger(f.logger),
-			worker.WithConcurrency(f.spec.Concurrency), worker.WithGuard(g), worker.WithKafkaOpts(produce.opt())}
+			worker.WithConcurrency(f.spec.Concurrency), worker.WithGuard(g), worker.WithKafkaOpts(append([]kgo.Opt{produce.opt()}, f.kafkaOpts...)...)}
 		if f.tel != nil {
 			wopts = append(wopts, worker.WithTracerProvider(f.tel.tracerProvider()), worker.WithMeterProvider(f.tel.meterProvider()))
 		}
@@ -81,7 +85,7 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 	lat := newLatencies()
 	oopts := []orchestrator.Option{
 		orchestrator.WithBrokers(f.brokers...), orchestrator.WithStore(f.store), orchestrator.WithLogger(f.logger),
-		orchestrator.WithConcurrency(f.spec.Concurrency), orchestrator.WithKafkaOpts(produce.opt()),
+		orchestrator.WithConcurrency(f.spec.Concurrency), orchestrator.WithKafkaOpts(append([]kgo.Opt{produce.opt()}, f.kafkaOpts...)...),
 		orchestrator.WithListener(func(e orchestrator.Event) {
 			switch e.To {
 			case eventstore.StateCompleted, eventstore.StateCompensated, eventstore.StateCompensationFailed:

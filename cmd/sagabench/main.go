@@ -36,6 +36,14 @@
 //
 // After the table it checks the targets of the performance issue and, for
 // each one missed, prints what the floor allows and why.
+//
+// Security: the --kafka-tls* and --kafka-sasl-* flags (internal/kafkaflags)
+// give every Kafka client of the real-Kafka cells TLS and SASL: the
+// framework's, the floor's, and the admin clients that create and delete
+// the topics. The Cassandra connections (the store, the floor's session,
+// --fresh's drop) take the store's settings other than the contact points
+// and keyspace from the STACKSAGA_CASSANDRA_* variables
+// (cassandra.Config.ApplyEnv): TLS, credentials, consistency, timeouts.
 package main
 
 import (
@@ -51,6 +59,12 @@ import (
 	"runtime/pprof"
 	"strings"
 	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 )
 
 type options struct {
@@ -78,6 +92,18 @@ type options struct {
 	telemetry float64
 	// telemetryRounds is how many with/without pairs measure it.
 	telemetryRounds int
+	// kafkaSecurity describes the real-Kafka clients' TLS and SASL
+	// (kafkaflags), kafkaOpts are their options.
+	kafkaSecurity string
+	kafkaOpts     []kgo.Opt
+	// lookup reads the environment (os.LookupEnv).
+	lookup func(string) (string, bool)
+	// cassandraCfg is the store's configuration and cassandraCluster
+	// its driver configuration (storeConfig), set by bench before the
+	// first cell when a Cassandra cell runs; the floor's session and the
+	// keyspace drop take its TLS and credentials.
+	cassandraCfg     cassandra.Config
+	cassandraCluster *gocql.ClusterConfig
 }
 
 func main() {
@@ -105,6 +131,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.telemetryRounds, "telemetry-rounds", 3, "with --telemetry, alternate runs without and with telemetry this many times and report the median round's cost")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.memprof, "memprofile", "", "write an allocation profile of the whole run to this file (go tool pprof -sample_index=alloc_space)")
+	kafkaSec := kafkaflags.Register(fs)
+	o.lookup = os.LookupEnv
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -136,6 +164,16 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.cassandra != "" && o.kafka == "" {
 		errs = append(errs, errors.New("--cassandra needs --kafka: the Cassandra cells run on real Kafka"))
+	}
+	if kafkaSec.Set() && o.kafka == "" {
+		errs = append(errs, errors.New("--kafka-tls and --kafka-sasl-* need --kafka: the embedded cells' in-process broker takes neither TLS nor SASL"))
+	}
+	var err error
+	if o.kafkaOpts, err = kafkaSec.Opts(o.lookup); err != nil {
+		errs = append(errs, err)
+	}
+	if kafkaSec.Set() {
+		o.kafkaSecurity = kafkaSec.String()
 	}
 	return o, errors.Join(errs...)
 }

@@ -20,8 +20,13 @@ type report struct {
 	NumCPU     int       `json:"num_cpu"`
 	GOMAXPROCS int       `json:"gomaxprocs"`
 	Kafka      string    `json:"kafka,omitempty"`
-	Cassandra  string    `json:"cassandra,omitempty"`
-	Keyspace   string    `json:"keyspace,omitempty"` // the Cassandra cells' (with --fresh, the run's own, dropped at the end)
+	// KafkaSecurity describes the real Kafka clients' TLS and SASL
+	// (empty: plaintext); CassandraTLS says the Cassandra connections
+	// used TLS.
+	KafkaSecurity string `json:"kafka_security,omitempty"`
+	Cassandra     string `json:"cassandra,omitempty"`
+	CassandraTLS  bool   `json:"cassandra_tls,omitempty"`
+	Keyspace      string `json:"keyspace,omitempty"` // the Cassandra cells' (with --fresh, the run's own, dropped at the end)
 	// KeyspaceLeft, with --fresh, says why the run's keyspace could not be
 	// dropped (empty when it was).
 	KeyspaceLeft string        `json:"keyspace_left,omitempty"`
@@ -184,6 +189,16 @@ func notes(rounds int, noFloor bool) []string {
 func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "sagabench: %d sagas per cell (+%d warm-up), %d CPUs, GOMAXPROCS %d, load average %.2f %.2f %.2f at start, %.2f %.2f %.2f at end\n",
 		r.Sagas, r.Warmup, r.NumCPU, r.GOMAXPROCS, r.LoadStart[0], r.LoadStart[1], r.LoadStart[2], r.LoadEnd[0], r.LoadEnd[1], r.LoadEnd[2])
+	if r.KafkaSecurity != "" || r.CassandraTLS {
+		var sec []string
+		if r.KafkaSecurity != "" {
+			sec = append(sec, "Kafka over "+r.KafkaSecurity)
+		}
+		if r.CassandraTLS {
+			sec = append(sec, "Cassandra over TLS")
+		}
+		fmt.Fprintf(w, "sagabench: %s\n", strings.Join(sec, "; "))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, strings.Join(tableHeader, "\t")+"\t")
 	for _, row := range r.rows() {

@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
-
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -119,7 +119,7 @@ func (discardSpans) Shutdown(context.Context) error                             
 // a machine's drift does not count against one side; then the SDK's floor
 // (sdkFloor) once. It sets res's telemetry figures: the median round's
 // cost and measures, every round's cost, and the floor.
-func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix string, brokers []string, store eventstore.Store, cass *cassandra.Store,
+func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix string, brokers []string, kopts []kgo.Opt, store eventstore.Store, cass *cassandra.Store,
 	logger *slog.Logger, res *cellResult, progress func(string, ...any)) error {
 	type round struct {
 		cost               float64
@@ -135,9 +135,9 @@ func measureTelemetry(ctx context.Context, o options, spec cellSpec, suffix stri
 		}
 		names := placeorder.DefaultNames().WithSuffix(fmt.Sprintf("%s-%s%d", suffix, kind, i))
 		if spec.RealKafka {
-			defer deleteTopics(brokers, frameworkTopics(names))
+			defer deleteTopics(brokers, kopts, frameworkTopics(names))
 		}
-		fw := &framework{spec: spec, brokers: brokers, store: store, cass: cass, names: names, logger: logger, tel: tel}
+		fw := &framework{spec: spec, brokers: brokers, kafkaOpts: kopts, store: store, cass: cass, names: names, logger: logger, tel: tel}
 		m, _, err := fw.run(ctx, o.warmup, o.sagas, o.timeout)
 		return notUsed(spec, m), err
 	}

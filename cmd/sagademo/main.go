@@ -25,6 +25,14 @@
 // PAYMENT_AUTHORISATION), and a separate goroutine resumes each paused saga
 // after a random delay of at most a second with orchestrator.Resume, as a
 // payment gateway's webhook would; the summary adds paused= and resumed=.
+//
+// Security: with --kafka, the --kafka-tls* and --kafka-sasl-* flags
+// (internal/kafkaflags) give every Kafka client of the demo TLS and SASL
+// (the password from the environment, KAFKA_SASL_PASSWORD by default). With
+// --cassandra, the store's connection settings other than the contact point
+// and keyspace come from the STACKSAGA_CASSANDRA_* variables
+// (cassandra.Config.ApplyEnv): TLS (STACKSAGA_CASSANDRA_TLS_CA_FILE, ...),
+// credentials, consistency levels, timeouts.
 package main
 
 import (
@@ -48,12 +56,14 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
 	"github.com/stacksaga-go/stacksaga/internal/duplicator"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/ringcoordinator"
@@ -92,6 +102,17 @@ type options struct {
 	afterRun   func(res result, metricsURL string)
 	pauseRate  float64
 	retryNodes int
+
+	// kafkaSecurity describes the Kafka clients' TLS and SASL
+	// (kafkaflags), kafkaOpts are their options, given to every Kafka
+	// client of the demo.
+	kafkaSecurity string
+	kafkaOpts     []kgo.Opt
+	// cassandraCfg is the store's configuration with --cassandra: the
+	// STACKSAGA_CASSANDRA_* variables applied, then the flags;
+	// cassandraTLS says its connections use TLS.
+	cassandraCfg cassandra.Config
+	cassandraTLS bool
 }
 
 func main() {
@@ -125,6 +146,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	kafkaSec := kafkaflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -181,7 +203,42 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.failRate < 0 || o.failRate > 1 {
 		errs = append(errs, errors.New("--fail-rate must be within [0, 1]"))
 	}
+	if kafkaSec.Set() && o.kafka == "" {
+		errs = append(errs, errors.New("--kafka-tls and --kafka-sasl-* need --kafka: the in-process broker takes neither TLS nor SASL"))
+	}
+	var err error
+	if o.kafkaOpts, err = kafkaSec.Opts(os.LookupEnv); err != nil {
+		errs = append(errs, err)
+	}
+	o.kafkaSecurity = kafkaSec.String()
+	if o.cassandra != "" {
+		if o.cassandraCfg, o.cassandraTLS, err = storeConfig(o.cassandra, o.keyspace, os.LookupEnv); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return o, errors.Join(errs...)
+}
+
+// storeConfig is the Cassandra store's configuration: the defaults, the
+// demo's (replication factor 1, the schema created), the
+// STACKSAGA_CASSANDRA_* variables looked up with lookup (TLS, credentials,
+// consistency, timeouts, ...), then the contact point and keyspace of the
+// flags. It is checked, the TLS files read, so that a bad setting fails at
+// the start; tlsOn reports whether the connections use TLS.
+func storeConfig(contactPoint, keyspace string, lookup func(string) (string, bool)) (cfg cassandra.Config, tlsOn bool, err error) {
+	cfg = cassandra.DefaultConfig()
+	cfg.Replication = cassandra.SimpleReplication(1)
+	cfg.CreateSchema = true
+	if err := cfg.ApplyEnv(lookup); err != nil {
+		return cassandra.Config{}, false, fmt.Errorf("--cassandra: %w", err)
+	}
+	cfg.ContactPoints = []string{contactPoint}
+	cfg.Keyspace = keyspace
+	cl, err := cfg.ClusterConfig()
+	if err != nil {
+		return cassandra.Config{}, false, fmt.Errorf("--cassandra: %w", err)
+	}
+	return cfg, cl.SslOpts != nil, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -311,7 +368,7 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	logger := slog.New(logHandler)
 
 	brokers := []string{opts.kafka}
-	where := "kafka " + opts.kafka
+	where := "kafka " + opts.kafka + " (" + opts.kafkaSecurity + ")"
 	if opts.kafka == "" {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1))
 		if err != nil {
@@ -325,17 +382,15 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	storeName := "the in-memory store"
 	var cass *cassandra.Store
 	if opts.cassandra != "" {
-		cfg := cassandra.DefaultConfig()
-		cfg.ContactPoints = []string{opts.cassandra}
-		cfg.Keyspace = opts.keyspace
-		cfg.Replication = cassandra.SimpleReplication(1)
-		cfg.CreateSchema = true
 		var err error
-		if cass, err = cassandra.New(ctx, cfg); err != nil {
+		if cass, err = cassandra.New(ctx, opts.cassandraCfg); err != nil {
 			return result{}, fmt.Errorf("cassandra store: %w", err)
 		}
 		store = cass
 		storeName = "Cassandra " + opts.cassandra + " keyspace " + opts.keyspace
+		if opts.cassandraTLS {
+			storeName += " (TLS)"
+		}
 		if tel != nil {
 			reg, err := cass.RegisterMetrics(tel.meterProvider())
 			if err != nil {
@@ -354,16 +409,29 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	runCtx, stopAll := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var runErr atomic.Value
+	failed := make(chan struct{}) // closed with runErr's first error
 	goRun := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := f(runCtx); err != nil {
-				runErr.CompareAndSwap(nil, fmt.Errorf("%s: %w", name, err))
+			if err := f(runCtx); err != nil && runErr.CompareAndSwap(nil, fmt.Errorf("%s: %w", name, err)) {
+				close(failed)
 			}
 		}()
 	}
 	defer func() { stopAll(); wg.Wait() }()
+	// awaitRunning waits until running is closed, or a service failed (a
+	// broker refusing the credentials, say), or ctx ended.
+	awaitRunning := func(running <-chan struct{}) error {
+		select {
+		case <-running:
+			return nil
+		case <-failed:
+			return runErr.Load().(error)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 
 	// Workers; their handlers count their own executions.
 	var workers []*worker.Worker
@@ -377,7 +445,8 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		names.Shipping:  placeorder.RegisterShipping,
 	} {
 		gt, _ := topics.ParseGroupType(opts.groupType) // checked by validate
-		wopts := []worker.Option{worker.WithBrokers(brokers...), worker.WithLogger(logger), worker.WithConcurrency(opts.concurrency), worker.WithGroupType(gt)}
+		wopts := []worker.Option{worker.WithBrokers(brokers...), worker.WithLogger(logger), worker.WithConcurrency(opts.concurrency), worker.WithGroupType(gt),
+			worker.WithKafkaOpts(opts.kafkaOpts...)}
 		if tel != nil {
 			wopts = append(wopts, worker.WithTracerProvider(tel.tracerProvider()), worker.WithMeterProvider(tel.meterProvider()))
 		}
@@ -403,10 +472,8 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		}
 		workers = append(workers, w)
 		goRun(svc, w.Run)
-		select {
-		case <-w.Running():
-		case <-ctx.Done():
-			return result{}, ctx.Err()
+		if err := awaitRunning(w.Running()); err != nil {
+			return result{}, err
 		}
 	}
 
@@ -435,7 +502,7 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	}
 	recovering := opts.transientRate > 0 || opts.crashRate > 0 || opts.retryNodes > 0
 	gt, _ := topics.ParseGroupType(opts.groupType) // checked by validate
-	oopts := []orchestrator.Option{orchestrator.WithGroupType(gt)}
+	oopts := []orchestrator.Option{orchestrator.WithGroupType(gt), orchestrator.WithKafkaOpts(opts.kafkaOpts...)}
 	if tel != nil {
 		oopts = append(oopts, orchestrator.WithTracerProvider(tel.tracerProvider()), orchestrator.WithMeterProvider(tel.meterProvider()))
 	}
@@ -519,7 +586,7 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		relay, err = duplicator.New(brokers, []string{
 			topics.CommandTopic(names.Inventory), topics.CommandTopic(names.Payment),
 			topics.CommandTopic(names.Shipping), topics.CallbackTopic(names.Domain),
-		}, opts.duplicates)
+		}, opts.duplicates, opts.kafkaOpts...)
 		if err != nil {
 			return result{}, err
 		}
@@ -533,10 +600,13 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 			}
 		}()
 	}
-	select {
-	case <-o.Running():
-	case <-ctx.Done():
-		return result{}, ctx.Err()
+	if err := awaitRunning(o.Running()); err != nil {
+		return result{}, err
+	}
+	for _, rn := range retryNodes {
+		if err := awaitRunning(rn.Running()); err != nil {
+			return result{}, err
+		}
 	}
 
 	terminal := func() int { return int(completed.Load() + compensated.Load() + compFailed.Load()) }
