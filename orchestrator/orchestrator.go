@@ -81,6 +81,10 @@ type Orchestrator[T any] struct {
 	topicsMu    sync.Mutex
 	topicsReady atomic.Bool
 
+	// shareRenew: the share group's record locks are renewed while a reply
+	// is applied (set by runShare before the first reply).
+	shareRenew bool
+
 	stats counters
 	cache stateCache
 	tel   otelState

@@ -94,12 +94,14 @@ func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) 
 		}
 		o.logger().Warn("orchestrator: could not configure the share group (WithoutProvision: going on with its current configs)", "group", group, "err", err)
 	}
+	o.shareRenew = support.LockRenewal
 	o.runOnce.Do(func() { close(o.running) })
 	return kafkaloop.RunShare(ctx, cons, loopHandler(pctx, o.handleShared), kafkaloop.Options{
-		Concurrency:   o.cfg.concurrency,
-		Logger:        o.cfg.logger,
-		DeliveryLimit: o.cfg.share.Limit(),
-		RenewLocks:    support.LockRenewal,
+		Concurrency:    o.cfg.concurrency,
+		MaxPollRecords: o.cfg.concurrency, // as shareClientOpts' fetch limit
+		Logger:         o.cfg.logger,
+		DeliveryLimit:  o.cfg.share.Limit(),
+		RenewLocks:     support.LockRenewal,
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
 			return o.deadLetter(pctx, r, dlGivenUp, "orchestrator: "+reason)
 		},
@@ -120,8 +122,11 @@ func (o *Orchestrator[T]) handleShared(ctx context.Context, r *kgo.Record) error
 		State:     eventstore.MarkerLeased,
 		Owner:     o.instance,
 	}
+	// Wait for a busy claim at most one claim lease, and within the
+	// record's lock when it is not renewed (a renewed lock outlasts its
+	// AcquisitionDeadline, which is set at the fetch).
 	deadline := time.Now().Add(o.cfg.claimLease + 2*time.Second)
-	if dl := r.AcquisitionDeadline(); !dl.IsZero() {
+	if dl := r.AcquisitionDeadline(); !dl.IsZero() && !o.shareRenew {
 		deadline = dl.Add(-2 * time.Second)
 	}
 	for {

@@ -51,7 +51,8 @@ func (w *Worker) runShare(ctx context.Context) error {
 	clientID := "stacksaga-worker-" + w.service + "-" + uuid.NewString()[:8]
 	opts := w.baseOpts()
 	opts = append(opts, kgo.ClientID(clientID), kgo.ShareGroup(w.cfg.group), kgo.ConsumeTopics(w.topic))
-	opts = append(opts, kafkaloop.ShareClientOpts(w.cfg.concurrency*2)...)
+	maxPoll := w.cfg.concurrency * 2
+	opts = append(opts, kafkaloop.ShareClientOpts(maxPoll)...)
 	if w.tel.kafkaOpt != nil {
 		opts = append(opts, w.tel.kafkaOpt) // as the consumer-group client (clientOpts)
 	}
@@ -98,10 +99,11 @@ func (w *Worker) runShare(ctx context.Context) error {
 	defer wg.Wait()
 
 	err = kafkaloop.RunShare(ctx, cl, w.loopHandler(pctx, cl), kafkaloop.Options{
-		Concurrency:   w.cfg.concurrency,
-		Logger:        w.log,
-		DeliveryLimit: w.cfg.share.Limit(),
-		RenewLocks:    support.LockRenewal,
+		Concurrency:    w.cfg.concurrency,
+		MaxPollRecords: maxPoll,
+		Logger:         w.log,
+		DeliveryLimit:  w.cfg.share.Limit(),
+		RenewLocks:     support.LockRenewal,
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
 			w.dropPending(r)
 			return w.deadLetter(pctx, cl, r, ReasonGivenUp+": "+reason)

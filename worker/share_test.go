@@ -304,7 +304,7 @@ func TestShareWorkerKafkaMetrics(t *testing.T) {
 // instance sharing the partition is not handed the command meanwhile, and
 // the step runs once and replies once.
 func TestShareLongStepKeepsItsLock(t *testing.T) {
-	const lock = 2 * time.Second // scripts/services lets a group go down to 1s
+	const lock = 4 * time.Second // scripts/services lets a group go down to 1s
 	e := newRealKafkaPartitions(t, 1)
 	var mu sync.Mutex
 	runs := map[string]int{} // instance → runs of the slow step
@@ -333,8 +333,11 @@ func TestShareLongStepKeepsItsLock(t *testing.T) {
 	}
 	// The reply is produced before its command is counted and accepted.
 	// Had the lock ended, the other instance would have started the step
-	// again two seconds in, long before this first run replied.
+	// again a lock in, long before this first run replied; and had the
+	// accept come too late, the command would come back within a lock of
+	// it, which the check waits out.
 	waitForCond(t, "the slow command counted", func() bool { return a.Stats().Processed+b.Stats().Processed >= 1 })
+	time.Sleep(lock + time.Second)
 	mu.Lock()
 	defer mu.Unlock()
 	if runs["a"]+runs["b"] != 1 {

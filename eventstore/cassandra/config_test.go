@@ -449,3 +449,21 @@ func TestLoadConfigTLSEnabledInvalid(t *testing.T) {
 		t.Fatalf("flow style: %v", err)
 	}
 }
+
+// A tls block that is not a mapping is refused naming the key, not an
+// internal type; an empty one sets nothing.
+func TestLoadConfigTLSNotAMapping(t *testing.T) {
+	for _, doc := range []string{"tls: true", "tls: [a, b]"} {
+		_, err := loadConfig([]byte("stacksaga:\n  cassandra:\n    "+doc+"\n"), noEnv)
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "stacksaga.cassandra.tls: line 3: want a mapping") ||
+			strings.Contains(err.Error(), "fields") {
+			t.Errorf("%s: %v, want ErrInvalidConfig naming stacksaga.cassandra.tls", doc, err)
+		}
+	}
+	for _, doc := range []string{"tls:", "tls: ~"} {
+		c, err := loadConfig([]byte("stacksaga:\n  cassandra:\n    contact-points: [127.0.0.1]\n    "+doc+"\n"), noEnv)
+		if err != nil || c.TLS.on() {
+			t.Errorf("%s: TLS %+v, %v; want it off and no error", doc, c.TLS, err)
+		}
+	}
+}

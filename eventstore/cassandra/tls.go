@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 
@@ -61,6 +62,17 @@ type TLS struct {
 // says `enabled: false` explicitly, which a bool cannot tell from an absent
 // key. An invalid enabled value is reported under its full key.
 func (t *TLS) UnmarshalYAML(n *yaml.Node) error {
+	v := n
+	if v.Kind == yaml.AliasNode && v.Alias != nil {
+		v = v.Alias
+	}
+	switch {
+	case v.Kind == yaml.ScalarNode && v.Tag == "!!null":
+		return nil // `tls:` or `tls: ~`: nothing set
+	case v.Kind != yaml.MappingNode:
+		return fmt.Errorf("%stls: line %d: want a mapping of TLS settings (enabled, ca-file, cert-file, key-file, server-name, insecure-skip-verify), got %q",
+			keyPrefix, v.Line, v.Value)
+	}
 	type fields TLS // TLS without this method, decoded field by field
 	var explicit struct {
 		Enabled *bool `yaml:"enabled"`

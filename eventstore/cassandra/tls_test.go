@@ -272,8 +272,8 @@ func TestTLSHandshake(t *testing.T) {
 // another CA or without the expected server name; the node refuses a
 // client without a certificate and one whose certificate it does not
 // trust (Go's client sends a certificate only if it is signed by one of
-// the authorities the node names, so the node sees none: "certificate
-// required").
+// the authorities the node names, so the node sees none, "certificate
+// required"; sent anyway, the node refuses it itself).
 func TestStoreOverTLS(t *testing.T) {
 	sec := testenv.CassandraTLS(t)
 	_, keyspace := testenv.CassandraKeyspace(t)
@@ -311,6 +311,11 @@ func TestStoreOverTLS(t *testing.T) {
 		{"another name", TLS{CAFile: sec.CAFile, ServerName: "cassandra.example", CertFile: sec.CertFile, KeyFile: sec.KeyFile}, []string{"cassandra.example"}},
 		{"no client certificate", TLS{CAFile: sec.CAFile}, []string{"certificate required", "bad certificate"}},
 		{"an untrusted client certificate", TLS{CAFile: sec.CAFile, CertFile: other.certFile, KeyFile: other.keyFile}, []string{"certificate required", "bad certificate", "unknown certificate authority", "certificate unknown"}},
+		// Sent whatever the authorities the node names: the node itself
+		// refuses it (its TLS engine answers a certificate its trust
+		// manager rejects with an internal_error alert; the same
+		// configuration with the trusted certificate connects, below).
+		{"an untrusted client certificate sent anyway", TLS{Config: sendAnyway(t, sec.CAFile, other.certFile, other.keyFile)}, []string{"internal error", "bad certificate", "unknown certificate authority", "certificate unknown"}},
 	} {
 		bad := cfg
 		bad.TLS = tc.tls
@@ -321,5 +326,36 @@ func TestStoreOverTLS(t *testing.T) {
 		if err == nil || !slices.ContainsFunc(tc.says, func(w string) bool { return strings.Contains(err.Error(), w) }) {
 			t.Errorf("%s: New: %v, want a TLS error saying one of %q", tc.name, err, tc.says)
 		}
+	}
+	good := cfg
+	good.TLS = TLS{Config: sendAnyway(t, sec.CAFile, sec.CertFile, sec.KeyFile)}
+	s2, err := New(ctx, good)
+	if err != nil {
+		t.Fatalf("the trusted certificate through TLS.Config: New: %v", err)
+	}
+	_ = s2.Close()
+}
+
+// sendAnyway is a client TLS configuration that trusts caFile and presents
+// the client certificate in certFile and keyFile whatever authorities the
+// server asks for.
+func sendAnyway(t *testing.T, caFile, certFile, keyFile string) *tls.Config {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", caFile)
+	}
+	return &tls.Config{
+		RootCAs:              pool,
+		MinVersion:           tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil },
 	}
 }

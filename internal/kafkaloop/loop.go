@@ -135,11 +135,14 @@ type Options struct {
 	Released func(r *kgo.Record, why string)
 	// RenewLocks (share mode only, RunShare) keeps the acquisition locks of
 	// a poll's records while they wait for a handler, run, or wait out a
-	// release backoff: each is renewed (KIP-1222) every third of its lock,
-	// so a step that runs longer than the lock is not redelivered to
-	// another member meanwhile. Set it only for brokers that take renew
-	// acknowledgements (topics.ProbeShareGroups' LockRenewal, Kafka 4.2
-	// on); without it such a record is redelivered while it runs.
+	// release backoff: each is renewed (KIP-1222) every third of its lock
+	// (at most every 10s), so a step that runs longer than the lock is not
+	// redelivered to another member meanwhile, and a record's
+	// AcquisitionDeadline (which the renewals do not move) no longer
+	// bounds the loop's waits; the handler should not rely on it either.
+	// Set it only for brokers that take renew acknowledgements
+	// (topics.ProbeShareGroups' LockRenewal, Kafka 4.2 on); without it such
+	// a record is redelivered while it runs.
 	RenewLocks bool
 }
 

@@ -100,12 +100,17 @@ func IsRejected(err error) bool {
 // ShareClientOpts returns the kgo options RunShare relies on for the share
 // group: the producer settings of ProducerOpts (handlers may produce with
 // the consuming client) and the fetch's record limit, maxPollRecords (0:
-// DefaultShareMaxPollRecords). Add kgo.ShareGroup and kgo.ConsumeTopics.
+// DefaultShareMaxPollRecords; give RunShare the same Options.MaxPollRecords).
+// The limit is strict and the client fetches only when polled
+// (kgo.ShareMaxRecordsStrict): every record the broker has locked for this
+// member is in the poll in hand, whose locks RunShare renews, none waits in
+// the client's buffer while its lock runs out. Add kgo.ShareGroup and
+// kgo.ConsumeTopics.
 func ShareClientOpts(maxPollRecords int) []kgo.Opt {
 	if maxPollRecords <= 0 {
 		maxPollRecords = DefaultShareMaxPollRecords
 	}
-	return append(ProducerOpts(), kgo.ShareMaxRecords(int32(min(maxPollRecords, 1<<20))))
+	return append(ProducerOpts(), kgo.ShareMaxRecords(int32(min(maxPollRecords, 1<<20))), kgo.ShareMaxRecordsStrict())
 }
 
 // RunShare consumes with cl, a share-group client (see ShareClientOpts),
@@ -184,16 +189,22 @@ func (s *shareLoop) batch(ctx context.Context, recs []*kgo.Record) {
 	wg.Wait()
 }
 
-// minRenewEvery bounds how often a poll's locks are renewed.
-const minRenewEvery = 100 * time.Millisecond
+// Bounds of the renewal interval. A renewal is a ShareAcknowledge; while a
+// poll is handled the client sends no fetch, so the renewals are also what
+// keeps its share-session connection from idling out (kgo closes an idle
+// connection after ConnIdleTimeout, 30s by default), hence the cap.
+const (
+	minRenewEvery = 300 * time.Millisecond
+	maxRenewEvery = 10 * time.Second
+)
 
 // renew renews the acquisition locks of recs until the returned stop is
-// called: first after a third of the shortest lock left among them (a
-// record may have waited in the client's buffer before the poll), then
+// called: first after a third of the shortest lock left among them, then
 // every third of the longest (a renewed lock is the group's whole lock,
-// which is at least that). A record already acknowledged ignores the
-// renewal (kgo's Ack keeps the first final status), and so does one whose
-// previous renewal the broker has not confirmed yet.
+// which is at least that), at most every maxRenewEvery. A record already
+// acknowledged ignores the renewal (kgo's Ack keeps the first final
+// status), and so does one whose previous renewal the broker has not
+// confirmed yet.
 func (s *shareLoop) renew(recs []*kgo.Record) (stop func()) {
 	now := time.Now()
 	shortest, longest := time.Duration(math.MaxInt64), time.Duration(0)
@@ -201,10 +212,11 @@ func (s *shareLoop) renew(recs []*kgo.Record) (stop func()) {
 		left := r.AcquisitionDeadline().Sub(now)
 		shortest, longest = min(shortest, left), max(longest, left)
 	}
+	every := func(lock time.Duration) time.Duration { return min(max(lock/3, minRenewEvery), maxRenewEvery) }
 	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTimer(max(shortest/3, minRenewEvery))
+		t := time.NewTimer(every(shortest))
 		defer t.Stop()
 		for {
 			select {
@@ -215,7 +227,7 @@ func (s *shareLoop) renew(recs []*kgo.Record) (stop func()) {
 			for _, r := range recs {
 				r.Ack(kgo.AckRenew)
 			}
-			t.Reset(max(longest/3, minRenewEvery))
+			t.Reset(every(longest))
 		}
 	}()
 	return func() {
@@ -310,9 +322,11 @@ func (s *shareLoop) backoff(n int) time.Duration {
 }
 
 // wait sleeps d, less if r's acquisition lock would end first (with a
-// second to spare) or ctx ends; it reports whether it slept in full.
+// second to spare) or ctx ends; it reports whether it slept in full. With
+// RenewLocks the lock lasts while the loop holds the record (the record's
+// AcquisitionDeadline, set at the fetch, does not move with the renewals).
 func (s *shareLoop) wait(ctx context.Context, r *kgo.Record, d time.Duration) bool {
-	if dl := r.AcquisitionDeadline(); !dl.IsZero() {
+	if dl := r.AcquisitionDeadline(); !dl.IsZero() && !s.o.RenewLocks {
 		d = min(d, time.Until(dl)-time.Second)
 	}
 	if d <= 0 {

@@ -349,7 +349,6 @@ func TestShareRenewsLocksOfSlowRecords(t *testing.T) {
 			}))
 			tl := newTally()
 			var acks, ackErrs int
-			var afterDone int // ack results received after the slow run ended
 			h := func(_ context.Context, r *kgo.Record) error {
 				tl.mu.Lock()
 				tl.runs[string(r.Value)]++
@@ -371,28 +370,64 @@ func TestShareRenewsLocksOfSlowRecords(t *testing.T) {
 					if r.Err != nil {
 						ackErrs++
 					}
-					if tl.ok["v0"] > 0 {
-						afterDone++
-					}
 				}
 				tl.mu.Unlock()
-				tl.poke()
 			})
-			e.member(h, kafkaloop.Options{RenewLocks: renew, Released: tl.release}, onAck)
+			stop := e.member(h, kafkaloop.Options{RenewLocks: renew, Released: tl.release}, onAck)
 			e.produce("slow")
 			if !renew {
 				tl.waitFor(t, "the slow record delivered again", func() bool { return tl.runs["v0"] == 2 })
 				return
 			}
-			tl.waitFor(t, "the slow record's accept confirmed", func() bool { return afterDone > 0 })
+			tl.waitFor(t, "the slow record handled", func() bool { return tl.ok["v0"] == 1 })
+			// Stopping flushes the acknowledgements, the accept included,
+			// and waits for their results.
+			stop()
 			tl.mu.Lock()
 			defer tl.mu.Unlock()
 			if tl.runs["v0"] != 1 || len(tl.released) != 0 || ackErrs != 0 {
 				t.Errorf("runs %v, released %v, %d of %d acknowledgements refused: want one run, no release, none refused", tl.runs, tl.released, ackErrs, acks)
 			}
 			if acks < 3 {
-				t.Errorf("%d acknowledgements, want at least two renewals and the accept", acks)
+				t.Errorf("%d acknowledgement results, want at least two renewals and the accept", acks)
 			}
 		})
+	}
+}
+
+// With RenewLocks a failing record waits out its release backoff in full
+// even once it has been held past the lock its fetch reported: the
+// renewals keep the lock, so the loop does not cut the wait short.
+func TestShareRenewedRecordWaitsItsBackoff(t *testing.T) {
+	const lock = 2 * time.Second
+	e := newShareEnv(t, topics.ShareSettings{}, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": fmt.Sprint(lock.Milliseconds()),
+	}))
+	tl := newTally()
+	var failedAt, retriedAt time.Time
+	h := func(_ context.Context, r *kgo.Record) error {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		tl.runs[string(r.Value)]++
+		if tl.runs[string(r.Value)] == 1 {
+			tl.mu.Unlock()
+			time.Sleep(lock + lock/2) // past the fetch's deadline
+			tl.mu.Lock()
+			failedAt = time.Now()
+			return errors.New("store unavailable")
+		}
+		retriedAt = time.Now()
+		tl.ok[string(r.Value)]++
+		tl.poke()
+		return nil
+	}
+	const backoff = time.Second
+	e.member(h, kafkaloop.Options{RenewLocks: true, RetryBackoff: backoff, Released: tl.release})
+	e.produce("flaky")
+	tl.waitFor(t, "the retried record accepted", func() bool { return tl.ok["v0"] == 1 })
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if waited := retriedAt.Sub(failedAt); waited < backoff {
+		t.Errorf("released %v after the failure, want the whole %v backoff", waited, backoff)
 	}
 }

@@ -177,8 +177,8 @@ func CassandraHosts(t testing.TB) []string {
 // CassandraSecure is a Cassandra native port that takes only TLS and
 // requires a client certificate.
 type CassandraSecure struct {
-	Hosts  []string
-	CAFile string // PEM: the certificate that signs the node's
+	Hosts  []string // the TLS port's contact points, "host:port"
+	CAFile string   // PEM: the certificate that signs the node's
 	// CertFile and KeyFile are a PEM client certificate the node trusts
 	// and its key (written into a temporary directory of the test).
 	CertFile, KeyFile string
