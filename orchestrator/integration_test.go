@@ -210,9 +210,9 @@ func (r *rig) handler(name string) func(context.Context, *worker.Step, order) (o
 	}
 }
 
-// startWorker runs a worker for service with its endpoints; the returned
-// stop waits for Run to return.
-func (r *rig) startWorker(service string) (stop func()) {
+// startWorker runs a worker for service with its endpoints (and opts
+// after the rig's); the returned stop waits for Run to return.
+func (r *rig) startWorker(service string, opts ...worker.Option) (stop func()) {
 	r.t.Helper()
 	wopts := []worker.Option{worker.WithBrokers(r.brokers...), worker.WithKafkaOpts(r.kopts...)}
 	if r.guarded {
@@ -222,7 +222,7 @@ func (r *rig) startWorker(service string) (stop func()) {
 		}
 		wopts = append(wopts, worker.WithGuard(g))
 	}
-	w, err := worker.New(service, wopts...)
+	w, err := worker.New(service, append(wopts, opts...)...)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -45,19 +45,27 @@ func TestKafkaSagaOverTLSAndSASL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	expectSASLRefusal(t, "an orchestrator", bad.Run, bad.Running())
+}
+
+// expectSASLRefusal runs run (the Run of what was given a wrong password)
+// and fails t unless it returns the broker's SASL refusal within a
+// minute, without reporting running.
+func expectSASLRefusal(t *testing.T, what string, run func(context.Context) error, running <-chan struct{}) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- bad.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "sasl") {
-			t.Fatalf("Run with a wrong password: %v, want the broker's SASL refusal", err)
+			t.Fatalf("%s with a wrong password: Run %v, want the broker's SASL refusal", what, err)
 		}
-	case <-bad.Running():
-		t.Fatal("an orchestrator with a wrong password started")
+	case <-running:
+		t.Fatalf("%s with a wrong password started", what)
 	case <-ctx.Done():
-		t.Fatal("Run with a wrong password neither failed nor started in a minute")
+		t.Fatalf("%s with a wrong password neither failed nor started in a minute", what)
 	}
 }
 
@@ -78,8 +86,8 @@ func TestKafkaShareGroupSagaOverTLSAndSASL(t *testing.T) {
 		r.svcPay + ".worker.share":       topics.CommandTopic(r.svcPay),
 		r.domain + ".orchestrator.share": topics.CallbackTopic(r.domain),
 	}
-	startShareWorker(r, r.svcStock, r.svcStock+".worker.share")
-	startShareWorker(r, r.svcPay, r.svcPay+".worker.share")
+	r.startWorker(r.svcStock, worker.WithGroupType(topics.GroupShare), worker.WithGroup(r.svcStock+".worker.share"))
+	r.startWorker(r.svcPay, worker.WithGroupType(topics.GroupShare), worker.WithGroup(r.svcPay+".worker.share"))
 	o, _ := r.startOrchestrator(orchestrator.WithGroupType(topics.GroupShare), orchestrator.WithGroup(r.domain+".orchestrator.share"))
 	if o.GroupType() != topics.GroupShare {
 		t.Fatalf("orchestrator group type %s, want %s", o.GroupType(), topics.GroupShare)
@@ -119,20 +127,7 @@ func TestKafkaShareGroupSagaOverTLSAndSASL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- bad.Run(ctx) }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "sasl") {
-			t.Fatalf("share-group worker Run with a wrong password: %v, want the broker's SASL refusal", err)
-		}
-	case <-bad.Running():
-		t.Fatal("a share-group worker with a wrong password started")
-	case <-ctx.Done():
-		t.Fatal("share-group worker Run with a wrong password neither failed nor started in a minute")
-	}
+	expectSASLRefusal(t, "a share-group worker", bad.Run, bad.Running())
 }
 
 // shareGroupsUnassigned describes groups (share group -> the topic it
@@ -163,44 +158,4 @@ func shareGroupsUnassigned(t *testing.T, adm *kadm.Client, groups map[string]str
 		}
 	}
 	return ""
-}
-
-// startShareWorker is rig.startWorker for a worker in share group group:
-// the rig's endpoints for service, its brokers and Kafka options; the
-// worker stops when the test ends.
-func startShareWorker(r *rig, service, group string) {
-	r.t.Helper()
-	w, err := worker.New(service, worker.WithBrokers(r.brokers...), worker.WithKafkaOpts(r.kopts...),
-		worker.WithGroupType(topics.GroupShare), worker.WithGroup(group))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if w.GroupType() != topics.GroupShare {
-		r.t.Fatalf("worker %s group type %s, want %s", service, w.GroupType(), topics.GroupShare)
-	}
-	eps := []string{"charge"}
-	if service == r.svcStock {
-		eps = []string{"reserve", "ship"}
-	}
-	for _, ep := range eps {
-		if err := worker.Register(w, worker.Endpoint[order]{Name: ep, Process: r.handler(ep), Revert: r.handler(ep)}); err != nil {
-			r.t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-w.Running():
-	case err := <-done:
-		r.t.Fatalf("share-group worker %s: %v", service, err)
-	case <-time.After(time.Minute):
-		r.t.Fatalf("share-group worker %s did not start", service)
-	}
-	r.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			r.t.Errorf("share-group worker %s Run: %v", service, err)
-		}
-	})
 }
