@@ -86,7 +86,7 @@ func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) 
 		return fmt.Errorf("orchestrator: group type %s: %w", topics.GroupShare, err)
 	}
 	if !support.LockRenewal {
-		o.logger().Warn("orchestrator: the brokers cannot renew share-group record locks (KIP-1222, Kafka 4.2): a reply applied for longer than the record lock is delivered again meanwhile", "group", group)
+		o.logger().Warn("orchestrator: the brokers cannot renew share-group record locks (KIP-1222, Kafka 4.2): a reply applied for longer than the record lock is delivered again meanwhile, and a poll held longer than the client's connection idle timeout (30s by default) loses its records", "group", group)
 	}
 	if err := topics.ConfigureShareGroup(ctx, cons, group, o.cfg.share); err != nil {
 		if o.cfg.provision {

@@ -311,13 +311,13 @@ func storeConfig(o options) (cassandra.Config, *gocql.ClusterConfig, error) {
 	cfg.Replication = cassandra.SimpleReplication(1)
 	cfg.CreateSchema = true
 	if err := cfg.ApplyEnv(o.lookup); err != nil {
-		return cassandra.Config{}, nil, fmt.Errorf("--cassandra: %w", err)
+		return cassandra.Config{}, nil, fmt.Errorf("--cassandra: the STACKSAGA_CASSANDRA_* settings: %w", err)
 	}
 	cfg.ContactPoints = splitList(o.cassandra)
 	cfg.Keyspace = o.keyspace
 	cl, err := cfg.ClusterConfig()
 	if err != nil {
-		return cassandra.Config{}, nil, fmt.Errorf("--cassandra: %w", err)
+		return cassandra.Config{}, nil, fmt.Errorf("--cassandra: with the STACKSAGA_CASSANDRA_* settings: %w", err)
 	}
 	return cfg, cl, nil
 }

@@ -165,15 +165,18 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.cassandra != "" && o.kafka == "" {
 		errs = append(errs, errors.New("--cassandra needs --kafka: the Cassandra cells run on real Kafka"))
 	}
-	if kafkaSec.Set() && o.kafka == "" {
+	if kafkaSec.Requested() && o.kafka == "" {
 		errs = append(errs, errors.New("--kafka-tls and --kafka-sasl-* need --kafka: the embedded cells' in-process broker takes neither TLS nor SASL"))
 	}
 	var err error
 	if o.kafkaOpts, err = kafkaSec.Opts(o.lookup); err != nil {
 		errs = append(errs, err)
 	}
-	if kafkaSec.Set() {
+	if kafkaSec.Requested() {
 		o.kafkaSecurity = kafkaSec.String()
+	}
+	if w := kafkaSec.Warning(); w != "" {
+		fmt.Fprintln(stderr, "sagabench: warning: "+w)
 	}
 	return o, errors.Join(errs...)
 }

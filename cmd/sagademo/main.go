@@ -203,7 +203,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.failRate < 0 || o.failRate > 1 {
 		errs = append(errs, errors.New("--fail-rate must be within [0, 1]"))
 	}
-	if kafkaSec.Set() && o.kafka == "" {
+	if kafkaSec.Requested() && o.kafka == "" {
 		errs = append(errs, errors.New("--kafka-tls and --kafka-sasl-* need --kafka: the in-process broker takes neither TLS nor SASL"))
 	}
 	var err error
@@ -211,6 +211,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, err)
 	}
 	o.kafkaSecurity = kafkaSec.String()
+	if w := kafkaSec.Warning(); w != "" {
+		fmt.Fprintln(stderr, "sagademo: warning: "+w)
+	}
 	if o.cassandra != "" {
 		if o.cassandraCfg, o.cassandraTLS, err = storeConfig(o.cassandra, o.keyspace, os.LookupEnv); err != nil {
 			errs = append(errs, err)
@@ -230,13 +233,13 @@ func storeConfig(contactPoint, keyspace string, lookup func(string) (string, boo
 	cfg.Replication = cassandra.SimpleReplication(1)
 	cfg.CreateSchema = true
 	if err := cfg.ApplyEnv(lookup); err != nil {
-		return cassandra.Config{}, false, fmt.Errorf("--cassandra: %w", err)
+		return cassandra.Config{}, false, fmt.Errorf("--cassandra: the STACKSAGA_CASSANDRA_* settings: %w", err)
 	}
 	cfg.ContactPoints = []string{contactPoint}
 	cfg.Keyspace = keyspace
 	cl, err := cfg.ClusterConfig()
 	if err != nil {
-		return cassandra.Config{}, false, fmt.Errorf("--cassandra: %w", err)
+		return cassandra.Config{}, false, fmt.Errorf("--cassandra: with the STACKSAGA_CASSANDRA_* settings: %w", err)
 	}
 	return cfg, cl.SslOpts != nil, nil
 }
@@ -410,12 +413,17 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	var wg sync.WaitGroup
 	var runErr atomic.Value
 	failed := make(chan struct{}) // closed with runErr's first error
+	fail := func(err error) {
+		if runErr.CompareAndSwap(nil, err) {
+			close(failed)
+		}
+	}
 	goRun := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := f(runCtx); err != nil && runErr.CompareAndSwap(nil, fmt.Errorf("%s: %w", name, err)) {
-				close(failed)
+			if err := f(runCtx); err != nil {
+				fail(fmt.Errorf("%s: %w", name, err))
 			}
 		}()
 	}
@@ -596,7 +604,7 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		go func() {
 			defer close(relayDone)
 			if err := relay.Run(relayCtx); err != nil && relayCtx.Err() == nil {
-				runErr.CompareAndSwap(nil, fmt.Errorf("duplicator: %w", err))
+				fail(fmt.Errorf("duplicator: %w", err))
 			}
 		}()
 	}

@@ -26,7 +26,7 @@ import (
 func secureKafkaArgs(t *testing.T, k testenv.KafkaSecure) []string {
 	t.Helper()
 	t.Setenv(kafkaflags.DefaultPasswordEnv, k.Password)
-	return []string{"--kafka", strings.Join(k.Brokers, ","), "--kafka-tls-ca", os.Getenv(testenv.EnvKafkaTLSCA),
+	return []string{"--kafka", k.Brokers[0], "--kafka-tls-ca", os.Getenv(testenv.EnvKafkaTLSCA),
 		"--kafka-sasl-mechanism", "plain", "--kafka-sasl-user", k.User}
 }
 

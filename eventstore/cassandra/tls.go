@@ -62,16 +62,15 @@ type TLS struct {
 // says `enabled: false` explicitly, which a bool cannot tell from an absent
 // key. An invalid enabled value is reported under its full key.
 func (t *TLS) UnmarshalYAML(n *yaml.Node) error {
-	v := n
-	if v.Kind == yaml.AliasNode && v.Alias != nil {
-		v = v.Alias
-	}
-	switch {
-	case v.Kind == yaml.ScalarNode && v.Tag == "!!null":
-		return nil // `tls:` or `tls: ~`: nothing set
-	case v.Kind != yaml.MappingNode:
-		return fmt.Errorf("%stls: line %d: want a mapping of TLS settings (enabled, ca-file, cert-file, key-file, server-name, insecure-skip-verify), got %q",
-			keyPrefix, v.Line, v.Value)
+	// yaml.v3 resolves aliases before, and calls no unmarshaler for a
+	// null value (`tls:`, `tls: ~`: nothing set).
+	if n.Kind != yaml.MappingNode {
+		got := map[yaml.Kind]string{yaml.SequenceNode: "a sequence", yaml.DocumentNode: "a document"}[n.Kind]
+		if got == "" {
+			got = fmt.Sprintf("%q", n.Value)
+		}
+		return fmt.Errorf("%stls: line %d: want a mapping of TLS settings (enabled, ca-file, cert-file, key-file, server-name, insecure-skip-verify), got %s",
+			keyPrefix, n.Line, got)
 	}
 	type fields TLS // TLS without this method, decoded field by field
 	var explicit struct {

@@ -69,7 +69,7 @@ type Flags struct {
 func Register(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
 	fs.BoolVar(&f.TLS, FlagTLS, false, "dial the Kafka brokers over TLS, verifying them against the system's roots (see --"+FlagTLSCA+")")
-	fs.StringVar(&f.CAFile, FlagTLSCA, "", "PEM `file` of the certificates that sign the Kafka brokers' (implies --"+FlagTLS+")")
+	fs.StringVar(&f.CAFile, FlagTLSCA, "", "PEM `file` of the certificates that sign the Kafka brokers' certificates (implies --"+FlagTLS+")")
 	fs.StringVar(&f.CertFile, FlagTLSCert, "", "PEM `file` of the client certificate to present to Kafka (mutual TLS; with --"+FlagTLSKey+"; implies --"+FlagTLS+")")
 	fs.StringVar(&f.KeyFile, FlagTLSKey, "", "PEM `file` of the private key of --"+FlagTLSCert)
 	fs.StringVar(&f.User, FlagUser, "", "authenticate to Kafka with SASL as this `user` (the password comes from the environment: see --"+FlagPasswordEnv+")")
@@ -83,9 +83,19 @@ func (f *Flags) TLSOn() bool {
 	return f.TLS || f.CAFile != "" || f.CertFile != "" || f.KeyFile != ""
 }
 
-// Set reports whether any of the flags is set: TLS or SASL asked for.
-func (f *Flags) Set() bool {
+// Requested reports whether any of the flags is set: TLS or SASL asked
+// for.
+func (f *Flags) Requested() bool {
 	return f.TLSOn() || f.User != "" || f.Mechanism != "" || f.PasswordEnv != ""
+}
+
+// Warning says what is risky about the settings ("" when nothing is):
+// SASL/PLAIN without TLS sends the password in cleartext.
+func (f *Flags) Warning() string {
+	if f.User != "" && f.mechanism() == Plain && !f.TLSOn() {
+		return fmt.Sprintf("--%s with SASL/PLAIN and no --%s: the password goes to the brokers in cleartext", FlagUser, FlagTLS)
+	}
+	return ""
 }
 
 // mechanism is the normalised mechanism name (plain when unset).

@@ -198,8 +198,8 @@ func TestString(t *testing.T) {
 		if got := f.String(); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.args, got, tc.want)
 		}
-		if f.Set() != (tc.args != nil) {
-			t.Errorf("%q: Set() = %v", tc.args, f.Set())
+		if f.Requested() != (tc.args != nil) {
+			t.Errorf("%q: Requested() = %v", tc.args, f.Requested())
 		}
 	}
 }
@@ -269,5 +269,27 @@ func TestOptsMutualTLS(t *testing.T) {
 	}
 	if err := ping(t, c.ListenAddrs(), "", "--kafka-tls-ca", p.caFile); err == nil {
 		t.Error("a client without a certificate was accepted")
+	}
+}
+
+// SASL/PLAIN without TLS is allowed (a SASL_PLAINTEXT listener) but warned
+// about: the password travels in cleartext. SCRAM, or PLAIN over TLS, is
+// not.
+func TestWarning(t *testing.T) {
+	for _, c := range []struct {
+		f    kafkaflags.Flags
+		warn bool
+	}{
+		{kafkaflags.Flags{User: "u"}, true},
+		{kafkaflags.Flags{User: "u", Mechanism: "PLAIN"}, true},
+		{kafkaflags.Flags{User: "u", TLS: true}, false},
+		{kafkaflags.Flags{User: "u", CAFile: "ca.pem"}, false},
+		{kafkaflags.Flags{User: "u", Mechanism: kafkaflags.ScramSHA256}, false},
+		{kafkaflags.Flags{TLS: true}, false},
+		{kafkaflags.Flags{}, false},
+	} {
+		if w := c.f.Warning(); (w != "") != c.warn || c.warn && !strings.Contains(w, "cleartext") {
+			t.Errorf("%+v: Warning() = %q, want a warning: %v", c.f, w, c.warn)
+		}
 	}
 }

@@ -104,7 +104,10 @@ func IsRejected(err error) bool {
 // The limit is strict and the client fetches only when polled
 // (kgo.ShareMaxRecordsStrict): every record the broker has locked for this
 // member is in the poll in hand, whose locks RunShare renews, none waits in
-// the client's buffer while its lock runs out. Add kgo.ShareGroup and
+// the client's buffer while its lock runs out. The cost: no fetch overlaps
+// the handling of a poll, and with the topic's partitions led by several
+// brokers a poll asks them one at a time (each may hold it up to the
+// fetch's max wait when it has nothing). Add kgo.ShareGroup and
 // kgo.ConsumeTopics.
 func ShareClientOpts(maxPollRecords int) []kgo.Opt {
 	if maxPollRecords <= 0 {
@@ -213,25 +216,30 @@ func (s *shareLoop) renew(recs []*kgo.Record) (stop func()) {
 		shortest, longest = min(shortest, left), max(longest, left)
 	}
 	every := func(lock time.Duration) time.Duration { return min(max(lock/3, minRenewEvery), maxRenewEvery) }
-	done, stopped := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		t := time.NewTimer(every(shortest))
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
 			for _, r := range recs {
 				r.Ack(kgo.AckRenew)
 			}
+			// Send them now: with no fetch in flight (none is while a
+			// poll is handled) kgo sends acknowledgements on a 1s timer,
+			// which a short lock cannot spare.
+			_ = s.cl.FlushAcks(ctx)
 			t.Reset(every(longest))
 		}
 	}()
 	return func() {
-		close(done)
+		cancel()
 		<-stopped
 	}
 }

@@ -431,3 +431,45 @@ func TestShareRenewedRecordWaitsItsBackoff(t *testing.T) {
 		t.Errorf("released %v after the failure, want the whole %v backoff", waited, backoff)
 	}
 }
+
+// No record waits in the client's buffer while its lock runs out: the
+// client fetches only what it polls, so records produced while a slow one
+// runs are fetched (and locked) only once it is done, and each runs on its
+// first delivery. (A client that fetched ahead would hold them, unrenewed,
+// until their locks ended, and run them on their second delivery.)
+func TestShareFetchesOnlyWhatItPolls(t *testing.T) {
+	const lock = 2 * time.Second
+	e := newShareEnv(t, topics.ShareSettings{}, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": fmt.Sprint(lock.Milliseconds()),
+	}))
+	tl := newTally()
+	deliveries := map[string][]int32{}
+	slowStarted := make(chan struct{})
+	h := func(_ context.Context, r *kgo.Record) error {
+		tl.mu.Lock()
+		tl.runs[string(r.Value)]++
+		deliveries[string(r.Key)] = append(deliveries[string(r.Key)], r.DeliveryCount())
+		tl.mu.Unlock()
+		if string(r.Key) == "slow" && r.DeliveryCount() == 1 {
+			close(slowStarted)
+			time.Sleep(5 * lock / 2) // past the lock of anything fetched meanwhile
+		}
+		tl.mu.Lock()
+		tl.ok[string(r.Key)]++
+		tl.mu.Unlock()
+		tl.poke()
+		return nil
+	}
+	e.member(h, kafkaloop.Options{RenewLocks: true})
+	e.produce("slow")
+	<-slowStarted
+	e.produce("a", "b")
+	tl.waitFor(t, "the three records handled", func() bool { return len(tl.ok) == 3 })
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for k, d := range deliveries {
+		if fmt.Sprint(d) != "[1]" {
+			t.Errorf("%s delivered %v, want once, on its first delivery", k, d)
+		}
+	}
+}
