@@ -309,10 +309,11 @@ func TestStoreOverTLS(t *testing.T) {
 	}{
 		{"another CA", TLS{CAFile: other.caFile, CertFile: sec.CertFile, KeyFile: sec.KeyFile}, []string{"unknown authority"}},
 		{"another name", TLS{CAFile: sec.CAFile, ServerName: "cassandra.example", CertFile: sec.CertFile, KeyFile: sec.KeyFile}, []string{"cassandra.example"}},
-		// A refused client certificate shows as the node's alert, or, in
-		// TLS 1.3, where the client's side of the handshake ends before
-		// the node has checked its certificate, as a node that never
-		// answers the driver's STARTUP.
+		// A refused client certificate shows as the node's alert; on a
+		// loaded node the driver's connect timeout may come first, as no
+		// answer to its STARTUP (ci30 saw it). That alone would not prove
+		// a refusal, but the same paths with the trusted certificate
+		// connect (above, and at the end).
 		{"no client certificate", TLS{CAFile: sec.CAFile}, []string{"certificate required", "bad certificate", "no response to connection startup"}},
 		{"an untrusted client certificate", TLS{CAFile: sec.CAFile, CertFile: other.certFile, KeyFile: other.keyFile}, []string{"certificate required", "bad certificate", "unknown certificate authority", "certificate unknown", "no response to connection startup"}},
 		// Sent whatever the authorities the node names: the node itself

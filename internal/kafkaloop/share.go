@@ -228,14 +228,18 @@ func (s *shareLoop) renew(recs []*kgo.Record) (stop func()) {
 				return
 			case <-t.C:
 			}
+			t.Reset(every(longest))
 			for _, r := range recs {
 				r.Ack(kgo.AckRenew)
 			}
 			// Send them now: with no fetch in flight (none is while a
 			// poll is handled) kgo sends acknowledgements on a 1s timer,
-			// which a short lock cannot spare.
-			_ = s.cl.FlushAcks(ctx)
-			t.Reset(every(longest))
+			// which a short lock cannot spare. FlushAcks signals the send
+			// at once, then waits for every acknowledgement of the client
+			// (other records' too): bound the wait by the next round.
+			fctx, cancelFlush := context.WithTimeout(ctx, every(longest))
+			_ = s.cl.FlushAcks(fctx)
+			cancelFlush()
 		}
 	}()
 	return func() {
