@@ -45,6 +45,15 @@ func newShareEnv(t *testing.T, s topics.ShareSettings, opts ...kfake.Opt) *share
 	return e
 }
 
+// newShareEnvLock is newShareEnv with the broker's acquisition lock set to
+// lock (the in-process broker reads it from its broker config only).
+func newShareEnvLock(t *testing.T, lock time.Duration) *shareEnv {
+	t.Helper()
+	return newShareEnv(t, topics.ShareSettings{}, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": fmt.Sprint(lock.Milliseconds()),
+	}))
+}
+
 func (e *shareEnv) produce(keys ...string) {
 	e.t.Helper()
 	for i, k := range keys {
@@ -344,9 +353,7 @@ func TestShareRenewsLocksOfSlowRecords(t *testing.T) {
 	for _, renew := range []bool{true, false} {
 		t.Run(fmt.Sprintf("renew=%v", renew), func(t *testing.T) {
 			t.Parallel()
-			e := newShareEnv(t, topics.ShareSettings{}, kfake.BrokerConfigs(map[string]string{
-				"group.share.record.lock.duration.ms": fmt.Sprint(lock.Milliseconds()),
-			}))
+			e := newShareEnvLock(t, lock)
 			tl := newTally()
 			var acks, ackErrs int
 			h := func(_ context.Context, r *kgo.Record) error {
@@ -400,9 +407,7 @@ func TestShareRenewsLocksOfSlowRecords(t *testing.T) {
 // renewals keep the lock, so the loop does not cut the wait short.
 func TestShareRenewedRecordWaitsItsBackoff(t *testing.T) {
 	const lock = 2 * time.Second
-	e := newShareEnv(t, topics.ShareSettings{}, kfake.BrokerConfigs(map[string]string{
-		"group.share.record.lock.duration.ms": fmt.Sprint(lock.Milliseconds()),
-	}))
+	e := newShareEnvLock(t, lock)
 	tl := newTally()
 	var failedAt, retriedAt time.Time
 	h := func(_ context.Context, r *kgo.Record) error {
@@ -439,9 +444,7 @@ func TestShareRenewedRecordWaitsItsBackoff(t *testing.T) {
 // until their locks ended, and run them on their second delivery.)
 func TestShareFetchesOnlyWhatItPolls(t *testing.T) {
 	const lock = 2 * time.Second
-	e := newShareEnv(t, topics.ShareSettings{}, kfake.BrokerConfigs(map[string]string{
-		"group.share.record.lock.duration.ms": fmt.Sprint(lock.Milliseconds()),
-	}))
+	e := newShareEnvLock(t, lock)
 	tl := newTally()
 	deliveries := map[string][]int32{}
 	slowStarted := make(chan struct{})
