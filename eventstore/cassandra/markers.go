@@ -3,6 +3,7 @@ package cassandra
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -111,9 +112,29 @@ func (s *Store) DeleteMarkerIf(ctx context.Context, key eventstore.MarkerKey, st
 // earlier try's effect) reports applied.
 func (s *Store) casMarker(ctx context.Context, op, stmt string, key eventstore.MarkerKey, vals []any,
 	read func(prev map[string]any) eventstore.Marker, done func(eventstore.Marker) bool) (bool, eventstore.Marker, error) {
+	return s.retryCAS(ctx, op, key, func(prev map[string]any) (bool, error) {
+		return s.lwt(stmt, vals...).MapScanCASContext(ctx, prev)
+	}, read, done)
+}
+
+// retryCAS is casMarker's loop around try, which sends the statement once
+// and fills prev with a refusal's columns. Once a try's outcome is unknown
+// (it may have been applied), a later failure is never reported as
+// eventstore.ErrClosed, which says that nothing was written: Close cutting
+// the retries short leaves the outcome unknown.
+func (s *Store) retryCAS(ctx context.Context, op string, key eventstore.MarkerKey, try func(prev map[string]any) (bool, error),
+	read func(prev map[string]any) eventstore.Marker, done func(eventstore.Marker) bool) (bool, eventstore.Marker, error) {
+	var unknown error // the first try whose outcome is unknown
+	fail := func(err error) error {
+		ferr := s.fail(op, err)
+		if unknown != nil && errors.Is(ferr, eventstore.ErrClosed) {
+			return fmt.Errorf("cassandra: %s: outcome unknown: a try failed (%w) and the store closed before a retry could tell (%v)", op, unknown, err)
+		}
+		return ferr
+	}
 	for attempt := 0; ; attempt++ {
 		prev := make(map[string]any)
-		applied, err := s.lwt(stmt, vals...).MapScanCASContext(ctx, prev)
+		applied, err := try(prev)
 		if err == nil {
 			if applied {
 				return true, eventstore.Marker{}, nil
@@ -125,11 +146,14 @@ func (s *Store) casMarker(ctx context.Context, op, stmt string, key eventstore.M
 			return false, existing, nil
 		}
 		if !lwtRetryable(err) || attempt+1 >= s.lwtTries {
-			return false, eventstore.Marker{}, s.fail(op, err)
+			return false, eventstore.Marker{}, fail(err)
+		}
+		if unknown == nil && !refusedUnsent(err) {
+			unknown = err
 		}
 		s.log.DebugContext(ctx, "cassandra: marker LWT outcome unknown, retrying", "op", op, "tx", key.TxID, "span", key.Span, "attempt", attempt+1, "err", err)
 		if err := backoff(ctx, attempt); err != nil {
-			return false, eventstore.Marker{}, s.fail(op, err)
+			return false, eventstore.Marker{}, fail(err)
 		}
 	}
 }

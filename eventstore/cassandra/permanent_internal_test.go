@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -156,5 +157,55 @@ func TestFailClassificationDuringClose(t *testing.T) {
 	if got, want := closing.fail("transition", &gocql.RequestErrInvalid{}).Error(),
 		"cassandra: transition: eventstore: permanent failure: "; !strings.HasPrefix(got, want) {
 		t.Errorf("message %q, want it to start %q", got, want)
+	}
+}
+
+// A marker LWT whose first try timed out (it may have been applied) and
+// whose retry Close then refuses to send has an unknown outcome: it is not
+// reported as ErrClosed, which says that nothing was written. A retry
+// after a refusal that wrote nothing (unavailable replicas), or a first
+// try refused, is.
+func TestRetryCASClosedAfterUnknownOutcome(t *testing.T) {
+	key := eventstore.MarkerKey{Scope: eventstore.Scope{Region: "r", Cluster: "c", Service: "s"}, TxID: "tx", Span: 1, Kind: "process", Site: "x"}
+	none := func(map[string]any) eventstore.Marker { return eventstore.Marker{} }
+	never := func(eventstore.Marker) bool { return false }
+	cases := []struct {
+		name       string
+		tries      []error // what each try returns; the last one repeats
+		wantClosed bool
+	}{
+		{"timeout then closed", []error{&gocql.RequestErrWriteTimeout{}, gocql.ErrSessionClosed}, false},
+		{"CAS unknown then no connections during Close", []error{&gocql.RequestErrCASWriteUnknown{}, gocql.ErrNoConnections}, false},
+		{"no response, unavailable, then closed", []error{gocql.ErrTimeoutNoResponse, &gocql.RequestErrUnavailable{}, gocql.ErrSessionClosed}, false},
+		{"unavailable then closed", []error{&gocql.RequestErrUnavailable{}, gocql.ErrSessionClosed}, true},
+		{"closed at once", []error{gocql.ErrSessionClosed}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Store{log: slog.New(slog.DiscardHandler), lwtTries: 5}
+			s.closed.Store(true)
+			n := 0
+			try := func(map[string]any) (bool, error) {
+				err := c.tries[min(n, len(c.tries)-1)]
+				n++
+				return false, err
+			}
+			applied, _, err := s.retryCAS(context.Background(), "commit marker", key, try, none, never)
+			if applied || err == nil {
+				t.Fatalf("applied %v, err %v; want a failure", applied, err)
+			}
+			if n != len(c.tries) {
+				t.Errorf("%d tries, want %d", n, len(c.tries))
+			}
+			if got := errors.Is(err, eventstore.ErrClosed); got != c.wantClosed {
+				t.Errorf("errors.Is(%v, ErrClosed) = %v, want %v", err, got, c.wantClosed)
+			}
+			if errors.Is(err, eventstore.ErrPermanent) {
+				t.Errorf("%v is permanent", err)
+			}
+			if !c.wantClosed && !strings.Contains(err.Error(), "outcome unknown") {
+				t.Errorf("%v does not say the outcome is unknown", err)
+			}
+		})
 	}
 }

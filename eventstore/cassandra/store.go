@@ -214,7 +214,9 @@ func (s *Store) check(ctx context.Context, invalid ...error) error {
 //     context.Canceled for a statement being prepared). Such a request may
 //     have been applied, which ErrClosed would deny (see
 //     eventstore.WatchedCreator); a caller that retries it gets ErrClosed
-//     from check before anything is sent.
+//     from check before anything is sent. The store's own retries of a
+//     marker LWT (retryCAS) report an unknown outcome, not ErrClosed, when
+//     Close stops them after a try that may have been applied.
 func (s *Store) fail(op string, err error) error {
 	if sentinel := permanent(err); sentinel != nil {
 		return fmt.Errorf("cassandra: %s: %w: %w", op, sentinel, err)
@@ -286,6 +288,14 @@ func lwtRetryable(err error) bool {
 	var un *gocql.RequestErrUnavailable
 	return errors.As(err, &wt) || errors.As(err, &rt) || errors.As(err, &cu) || errors.As(err, &un) ||
 		errors.Is(err, gocql.ErrTimeoutNoResponse)
+}
+
+// refusedUnsent reports a retryable LWT error that says the statement was
+// not applied: the coordinator refused it (not enough replicas alive)
+// before writing anything.
+func refusedUnsent(err error) bool {
+	var un *gocql.RequestErrUnavailable
+	return errors.As(err, &un)
 }
 
 // backoff sleeps before LWT attempt n+1 (jittered, growing), or returns
