@@ -411,10 +411,10 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 
 	runCtx, stopAll := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var runErr atomic.Value
+	var runErr firstError
 	failed := make(chan struct{}) // closed with runErr's first error
 	fail := func(err error) {
-		if runErr.CompareAndSwap(nil, err) {
+		if runErr.set(err) {
 			close(failed)
 		}
 	}
@@ -435,7 +435,7 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		case <-running:
 			return nil
 		case <-failed:
-			return runErr.Load().(error)
+			return runErr.get()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -630,7 +630,7 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	defer progress.Stop()
 	sample := time.NewTicker(100 * time.Millisecond)
 	defer sample.Stop()
-	var startErr atomic.Value
+	var startErr firstError
 	started := 0
 	report := func() {
 		if opts.quiet {
@@ -659,7 +659,7 @@ loop:
 					t0 := time.Now()
 					txID, err := o.Start(runCtx, ord)
 					if err != nil {
-						startErr.CompareAndSwap(nil, err)
+						startErr.set(err)
 						return
 					}
 					lat.begin(txID, t0)
@@ -687,11 +687,11 @@ loop:
 				break loop
 			}
 		}
-		if e := startErr.Load(); e != nil {
-			return result{}, fmt.Errorf("start saga: %w", e.(error))
+		if err := startErr.get(); err != nil {
+			return result{}, fmt.Errorf("start saga: %w", err)
 		}
-		if e := runErr.Load(); e != nil {
-			return result{}, e.(error)
+		if err := runErr.get(); err != nil {
+			return result{}, err
 		}
 		if e := res.failed(); e != nil {
 			return result{}, fmt.Errorf("resume: %w", e)
@@ -784,7 +784,7 @@ type resumer struct {
 	// paused counts the pauses seen, resumed the resumes that continued a
 	// saga.
 	paused, resumed atomic.Int64
-	err             atomic.Value
+	err             firstError
 }
 
 type pendingResume struct {
@@ -840,7 +840,7 @@ func (r *resumer) run(ctx context.Context, o *orchestrator.Orchestrator[placeord
 				res, err := o.Resume(ctx, p.txID, p.key, map[string]string{placeorder.StatusKey: placeorder.PaymentAuthorised})
 				switch {
 				case err != nil && ctx.Err() == nil:
-					r.err.CompareAndSwap(nil, fmt.Errorf("%s: %w", p.txID, err))
+					r.err.set(fmt.Errorf("%s: %w", p.txID, err))
 				case err == nil && res.Continued:
 					r.resumed.Add(1)
 				}
@@ -850,9 +850,19 @@ func (r *resumer) run(ctx context.Context, o *orchestrator.Orchestrator[placeord
 }
 
 // failed returns the first error of a resume, if any.
-func (r *resumer) failed() error {
-	if e := r.err.Load(); e != nil {
-		return e.(error)
+func (r *resumer) failed() error { return r.err.get() }
+
+// firstError keeps the first error set, for goroutines that race to report
+// one (an atomic.Value would panic on a second error of another type).
+type firstError struct{ p atomic.Pointer[error] }
+
+// set records err if no error was recorded yet, and reports whether it did.
+func (f *firstError) set(err error) bool { return f.p.CompareAndSwap(nil, &err) }
+
+// get is the recorded error, or nil.
+func (f *firstError) get() error {
+	if p := f.p.Load(); p != nil {
+		return *p
 	}
 	return nil
 }

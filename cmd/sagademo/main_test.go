@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
@@ -246,5 +250,36 @@ func TestDemoRetryNodes(t *testing.T) {
 		"--transient-rate", "0.1", "--crash-rate", "0.05", "--retry-nodes", "4", "--concurrency", "64")
 	if abandoned == 0 || retried == 0 || restored < abandoned || left != 0 {
 		t.Fatalf("abandoned=%d retried=%d restored=%d directory_left=%d", abandoned, retried, restored, left)
+	}
+}
+
+// firstError keeps the first of errors of different types set at once by
+// many goroutines.
+func TestFirstErrorKeepsTheFirst(t *testing.T) {
+	var f firstError
+	if f.get() != nil {
+		t.Fatal("an empty firstError has an error")
+	}
+	first := errors.New("first")
+	if !f.set(first) {
+		t.Fatal("the first set did not record")
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error = fmt.Errorf("wrapped %d: %w", i, context.Canceled)
+			if i%2 == 0 {
+				err = context.DeadlineExceeded
+			}
+			if f.set(err) {
+				t.Errorf("set %v over the first error", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := f.get(); got != first {
+		t.Errorf("get() = %v, want %v", got, first)
 	}
 }
