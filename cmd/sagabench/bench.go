@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"regexp"
 	"runtime"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -45,12 +44,8 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 	if o.fresh {
 		o.keyspace += "_" + runID
 	}
-	if o.cassandra != "" && slices.ContainsFunc(cells, func(c cellSpec) bool { return c.Cassandra }) {
-		// Checked before any cell runs (the TLS files read).
-		var err error
-		if o.cassandraCfg, o.cassandraCluster, err = storeConfig(o); err != nil {
-			return nil, err
-		}
+	if o.cassandraCluster != nil {
+		o.cassandraCfg.Keyspace = o.keyspace
 		rep.CassandraTLS = o.cassandraCluster.SslOpts != nil
 	}
 	var cass *cassandra.Store
@@ -299,27 +294,6 @@ func setRounds(res *cellResult, rounds []cellRound) {
 	for i, r := range sorted {
 		res.Ratios[i] = r.ratio
 	}
-}
-
-// storeConfig is the Cassandra store's configuration: the defaults,
-// sagabench's (replication factor 1, the schema created), the
-// STACKSAGA_CASSANDRA_* variables (o.lookup: TLS, credentials,
-// consistency, timeouts, ...), then the contact points and keyspace of the
-// flags; and its driver configuration, which reads the TLS files.
-func storeConfig(o options) (cassandra.Config, *gocql.ClusterConfig, error) {
-	cfg := cassandra.DefaultConfig()
-	cfg.Replication = cassandra.SimpleReplication(1)
-	cfg.CreateSchema = true
-	if err := cfg.ApplyEnv(o.lookup); err != nil {
-		return cassandra.Config{}, nil, fmt.Errorf("--cassandra: the STACKSAGA_CASSANDRA_* settings: %w", err)
-	}
-	cfg.ContactPoints = splitList(o.cassandra)
-	cfg.Keyspace = o.keyspace
-	cl, err := cfg.ClusterConfig()
-	if err != nil {
-		return cassandra.Config{}, nil, fmt.Errorf("--cassandra: with the STACKSAGA_CASSANDRA_* settings: %w", err)
-	}
-	return cfg, cl, nil
 }
 
 // cluster is a driver configuration of sagabench's own sessions (the

@@ -57,6 +57,7 @@ import (
 	"os/signal"
 	"path"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,6 +65,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/cassandraenv"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 )
 
@@ -99,9 +101,10 @@ type options struct {
 	// lookup reads the environment (os.LookupEnv).
 	lookup func(string) (string, bool)
 	// cassandraCfg is the store's configuration and cassandraCluster
-	// its driver configuration (storeConfig), set by bench before the
-	// first cell when a Cassandra cell runs; the floor's session and the
-	// keyspace drop take its TLS and credentials.
+	// its driver configuration (cassandraenv.Config), set by run when a
+	// Cassandra cell runs, before any cell (bench then gives cassandraCfg
+	// the run's keyspace); the floor's session and the keyspace drop take
+	// its TLS and credentials.
 	cassandraCfg     cassandra.Config
 	cassandraCluster *gocql.ClusterConfig
 }
@@ -200,6 +203,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "sagabench:", err)
 		return 2
+	}
+	if o.cassandra != "" && slices.ContainsFunc(cells, func(c cellSpec) bool { return c.Cassandra }) {
+		// Checked before any cell runs (the TLS files read), as a usage
+		// error like the flags'.
+		if o.cassandraCfg, o.cassandraCluster, err = cassandraenv.Config("--cassandra", splitList(o.cassandra), o.keyspace, o.lookup); err != nil {
+			fmt.Fprintln(stderr, "sagabench:", err)
+			return 2
+		}
 	}
 	if o.cpuprof != "" {
 		f, err := os.Create(o.cpuprof)

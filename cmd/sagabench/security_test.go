@@ -130,13 +130,14 @@ func TestParseSecurityFlags(t *testing.T) {
 }
 
 // A Cassandra setting of the environment that does not hold (a TLS CA
-// file that is missing) fails the run before any cell runs.
+// file that is missing) fails the run before any cell runs, as a usage
+// error (exit 2, as sagademo's).
 func TestCassandraEnvCheckedFirst(t *testing.T) {
 	t.Setenv(cassandra.EnvTLSCAFile, filepath.Join(t.TempDir(), "missing.pem"))
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"--quiet", "--cells", "embedded-c1,cassandra-relaxed-c1", "--kafka", "127.0.0.1:1", "--cassandra", "127.0.0.1:1"}, &stdout, &stderr)
-	if code != 1 || !strings.Contains(stderr.String(), "tls.ca-file") || stdout.Len() != 0 {
-		t.Fatalf("exit %d, want 1 naming tls.ca-file before any cell\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	if code != 2 || !strings.Contains(stderr.String(), "tls.ca-file") || stdout.Len() != 0 {
+		t.Fatalf("exit %d, want 2 naming tls.ca-file before any cell\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
 	}
 }
 

@@ -55,6 +55,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -62,6 +63,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
+	"github.com/stacksaga-go/stacksaga/internal/cassandraenv"
 	"github.com/stacksaga-go/stacksaga/internal/duplicator"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
@@ -215,33 +217,14 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprintln(stderr, "sagademo: warning: "+w)
 	}
 	if o.cassandra != "" {
-		if o.cassandraCfg, o.cassandraTLS, err = storeConfig(o.cassandra, o.keyspace, os.LookupEnv); err != nil {
+		var cl *gocql.ClusterConfig
+		if o.cassandraCfg, cl, err = cassandraenv.Config("--cassandra", []string{o.cassandra}, o.keyspace, os.LookupEnv); err != nil {
 			errs = append(errs, err)
+		} else {
+			o.cassandraTLS = cl.SslOpts != nil
 		}
 	}
 	return o, errors.Join(errs...)
-}
-
-// storeConfig is the Cassandra store's configuration: the defaults, the
-// demo's (replication factor 1, the schema created), the
-// STACKSAGA_CASSANDRA_* variables looked up with lookup (TLS, credentials,
-// consistency, timeouts, ...), then the contact point and keyspace of the
-// flags. It is checked, the TLS files read, so that a bad setting fails at
-// the start; tlsOn reports whether the connections use TLS.
-func storeConfig(contactPoint, keyspace string, lookup func(string) (string, bool)) (cfg cassandra.Config, tlsOn bool, err error) {
-	cfg = cassandra.DefaultConfig()
-	cfg.Replication = cassandra.SimpleReplication(1)
-	cfg.CreateSchema = true
-	if err := cfg.ApplyEnv(lookup); err != nil {
-		return cassandra.Config{}, false, fmt.Errorf("--cassandra: the STACKSAGA_CASSANDRA_* settings: %w", err)
-	}
-	cfg.ContactPoints = []string{contactPoint}
-	cfg.Keyspace = keyspace
-	cl, err := cfg.ClusterConfig()
-	if err != nil {
-		return cassandra.Config{}, false, fmt.Errorf("--cassandra: with the STACKSAGA_CASSANDRA_* settings: %w", err)
-	}
-	return cfg, cl.SslOpts != nil, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

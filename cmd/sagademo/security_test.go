@@ -2,13 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,28 +97,6 @@ func containsAny(s string, subs []string) bool {
 	return false
 }
 
-// otherCA writes a CA certificate that signs nothing the services present
-// and returns its file.
-func otherCA(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "not the services' CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "other-ca.pem")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // The settings really are used: a wrong password, a Kafka CA that does not
 // sign the broker's certificate, or a Cassandra CA that does not sign the
 // node's, make the demo fail at the start with the refusal, instead of
@@ -142,14 +113,14 @@ func TestDemoRefusedOverTLS(t *testing.T) {
 		args := secureKafkaArgs(t, testenv.KafkaSASLSSL(t))
 		for i, a := range args {
 			if a == "--kafka-tls-ca" {
-				args[i+1] = otherCA(t)
+				args[i+1] = testenv.OtherCA(t)
 			}
 		}
 		runFails(t, append(args, "--sagas", "5", "--suffix", testenv.UniqueName(t, "tlsbad")), "unknown authority", "x509", "certificate")
 	})
 	t.Run("Cassandra certificate of another CA", func(t *testing.T) {
 		host := secureCassandra(t, testenv.CassandraTLS(t))
-		t.Setenv(cassandra.EnvTLSCAFile, otherCA(t))
+		t.Setenv(cassandra.EnvTLSCAFile, testenv.OtherCA(t))
 		_, keyspace := testenv.CassandraKeyspace(t)
 		runFails(t, []string{"--cassandra", host, "--keyspace", keyspace, "--sagas", "5"}, "unknown authority", "x509", "certificate")
 	})
@@ -185,28 +156,5 @@ func TestDemoRejectsBadSecurityFlags(t *testing.T) {
 				t.Fatalf("exit %d, want 2 saying %q; stderr: %s", code, tc.says, stderr.String())
 			}
 		})
-	}
-}
-
-// The store's configuration takes every STACKSAGA_CASSANDRA_* setting but
-// the contact points and keyspace, which the flags give.
-func TestStoreConfigFollowsEnv(t *testing.T) {
-	ca := otherCA(t)
-	env := map[string]string{
-		cassandra.EnvTLSCAFile: ca, cassandra.EnvUsername: "saga", cassandra.EnvPassword: "pw",
-		cassandra.EnvContactPoints: "10.0.0.1:9042", cassandra.EnvKeyspace: "elsewhere", cassandra.EnvRequestTimeout: "3s",
-	}
-	cfg, tlsOn, err := storeConfig("127.0.0.1:9142", "demo_ks", func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !tlsOn || cfg.TLS.CAFile != ca || cfg.Username != "saga" || cfg.Password != "pw" || cfg.RequestTimeout != 3*time.Second {
-		t.Errorf("the variables are not applied: tls %v, %+v", tlsOn, cfg)
-	}
-	if len(cfg.ContactPoints) != 1 || cfg.ContactPoints[0] != "127.0.0.1:9142" || cfg.Keyspace != "demo_ks" || !cfg.CreateSchema {
-		t.Errorf("contact points %v, keyspace %q, create schema %v: want the flags'", cfg.ContactPoints, cfg.Keyspace, cfg.CreateSchema)
-	}
-	if _, tlsOn, err := storeConfig("127.0.0.1:9042", "demo_ks", func(string) (string, bool) { return "", false }); err != nil || tlsOn {
-		t.Errorf("without variables: TLS %v, %v; want plain connections", tlsOn, err)
 	}
 }
