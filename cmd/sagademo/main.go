@@ -689,6 +689,11 @@ loop:
 		settle(relay, workers, o)
 		stopRelay()
 		settle(relay, workers, o)
+		if relay.Copied() == 0 {
+			// Not a single duplicate delivered: the counts would say the
+			// sagas survived duplicates they never saw.
+			return result{}, errors.New("duplicator: --duplicates copied no record in 15s after the sagas ended: the relay cannot read or write the topics")
+		}
 	}
 	report()
 	if e := res.failed(); e != nil {
@@ -905,9 +910,10 @@ func (e *executions) duplicates() int {
 	return n
 }
 
-// settle waits until the relay copies nothing more, the workers process
-// nothing more and the orchestrator reads no more replies for 600ms (at
-// most 15s).
+// settle waits until the relay has copied something and then copies
+// nothing more, the workers process nothing more and the orchestrator reads
+// no more replies, for 600ms (at most 15s: a relay that cannot read or
+// write the topics never starts).
 func settle(relay *duplicator.Relay, workers []*worker.Worker, o *orchestrator.Orchestrator[placeorder.Order]) {
 	progress := func() uint64 {
 		n := uint64(relay.Copied())
@@ -920,7 +926,7 @@ func settle(relay *duplicator.Relay, workers []*worker.Worker, o *orchestrator.O
 	last, quiet := progress(), 0
 	for deadline := time.Now().Add(15 * time.Second); quiet < 3 && time.Now().Before(deadline); {
 		time.Sleep(200 * time.Millisecond)
-		if n := progress(); n != last {
+		if n := progress(); n != last || relay.Copied() == 0 {
 			last, quiet = n, 0
 		} else {
 			quiet++
