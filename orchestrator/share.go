@@ -34,6 +34,15 @@ package orchestrator
 // delivery (topics.ShareSettings.DeliveryLimit; the saga's watchdog then
 // re-sends its step). The cost: one lightweight transaction and one read
 // per reply, on top of the transition.
+//
+// An acknowledgement that fails (the broker refuses an accept that comes
+// after the reply's acquisition lock ended, a renewal that cannot be
+// delivered) is logged at WARN ("kafkaloop: share acknowledgements
+// failed", with the topic, the partitions and the error) and, with
+// WithMeterProvider, counted (telemetry.MetricKafkaShareAckFailures): the
+// reply is delivered again (the claim fences it), or, for a lost renewal,
+// may be applied by another instance meanwhile. A kgo.ShareAckCallback
+// among WithKafkaOpts replaces this.
 
 import (
 	"context"
@@ -75,6 +84,7 @@ func (o *Orchestrator[T]) shareClientOpts() []kgo.Opt {
 	return append([]kgo.Opt{
 		kgo.ShareGroup(o.cfg.group(o.scope, o.domain.Name)),
 		kgo.ConsumeTopics(o.cbTopic),
+		kafkaloop.ShareAckFailures(o.logger(), o.tel.shareAckFailed),
 	}, kafkaloop.ShareClientOpts(o.cfg.concurrency)...)
 }
 

@@ -34,7 +34,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // endpoint and outcome, retries, restores, replies, dead letters and the
 // Starts that failed after a create that may have landed, by result (see
 // the telemetry.Metric* names), and the Kafka client metrics of its
-// producer and consumer (telemetry.KafkaMetrics). Counters are read from
+// producer and consumer (telemetry.KafkaMetrics; with a share group
+// telemetry.ShareKafkaMetrics and the consumer's failed acknowledgements,
+// telemetry.ShareAckFailures). Counters are read from
 // Stats when collected, so they cost nothing per saga. Default: no
 // metrics, at no cost. A nil mp leaves metrics off.
 func WithMeterProvider(mp metric.MeterProvider) Option {
@@ -53,6 +55,10 @@ type otelState struct {
 	stepOpts     *telemetry.Options[stepKey, metric.RecordOption]
 	names        *telemetry.Memo[string, string] // op -> "<domain> <op>"
 	kafkaOpt     kgo.Opt
+	// shareAckFailed counts the share-group consumer's failed
+	// acknowledgements (telemetry.ShareAckFailures); nil without metrics
+	// or in a consumer group.
+	shareAckFailed func(topic string, partition int32, err error)
 }
 
 type stepKey struct{ endpoint, kind, outcome string }
@@ -140,6 +146,9 @@ func (o *Orchestrator[T]) initTelemetry() error {
 		kafkaMetrics = telemetry.ShareKafkaMetrics
 	}
 	o.tel.kafkaOpt, err = kafkaMetrics(mp, "stacksaga-orchestrator-"+o.service+"-"+o.domain.Name)
+	if err == nil && o.cfg.groupType == topics.GroupShare {
+		o.tel.shareAckFailed, err = telemetry.ShareAckFailures(mp, "stacksaga-orchestrator-"+o.service+"-"+o.domain.Name)
+	}
 	if err != nil {
 		o.tel.reg.Unregister()
 		return fmt.Errorf("orchestrator: %w", err)

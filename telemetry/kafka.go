@@ -56,6 +56,32 @@ func ShareKafkaMetrics(mp metric.MeterProvider, clientID string) (kgo.Opt, error
 	return kgo.WithHooks(shareKafkaHooks{h}), nil
 }
 
+// ShareAckFailures returns a function that counts one failed share-group
+// acknowledgement result of the client clientID (MetricKafkaShareAckFailures,
+// by topic and error.type): call it for each kgo.ShareAckResult with an
+// error that the client's kgo.ShareAckCallback receives (one result covers
+// the acknowledgements of one partition in one request). kgo has no hook
+// for acknowledgements, so this is a function for that callback rather
+// than a kgo option; a share-group worker or orchestrator given a
+// MeterProvider counts its failures with it, next to ShareKafkaMetrics.
+// Each failure allocates its attribute set; successes are not counted, so
+// they cost nothing.
+func ShareAckFailures(mp metric.MeterProvider, clientID string) (func(topic string, partition int32, err error), error) {
+	if mp == nil {
+		return nil, errors.New("telemetry: ShareAckFailures: nil MeterProvider")
+	}
+	c, err := mp.Meter(ScopeName+"/kafka").Int64Counter(MetricKafkaShareAckFailures, metric.WithUnit("{result}"),
+		metric.WithDescription("Share-group acknowledgements a Kafka client could not deliver or the broker refused, one per partition of an acknowledge request, by topic and error type."))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: Kafka metrics: %w", err)
+	}
+	client := semconv.MessagingClientID(clientID)
+	return func(topic string, _ int32, err error) {
+		c.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(semconv.MessagingSystemKafka, client,
+			semconv.MessagingDestinationName(topic), semconv.MessagingOperationTypeSettle, semconv.ErrorTypeKey.String(ErrorType(err)))))
+	}, nil
+}
+
 // shareKafkaHooks adds to kafkaHooks the count of the records a share
 // client polls (its fetches call no HookFetchBatchRead).
 type shareKafkaHooks struct{ *kafkaHooks }

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
 	"github.com/stacksaga-go/stacksaga/internal/metrictest"
 	"github.com/stacksaga-go/stacksaga/telemetry"
@@ -82,5 +84,32 @@ func TestShareKafkaMetricsCountsEachRecord(t *testing.T) {
 				t.Errorf("%s = %v, want %v", telemetry.MetricKafkaConsumed, c, want)
 			}
 		})
+	}
+}
+
+// ShareAckFailures counts each failed acknowledgement result it is given,
+// by topic and error type.
+func TestShareAckFailuresCounts(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	count, err := telemetry.ShareAckFailures(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count("t", 0, kerr.InvalidRecordState)
+	count("t", 1, kerr.InvalidRecordState)
+	count("u", 0, context.DeadlineExceeded)
+	m := metrictest.Collect(t, reader)[telemetry.MetricKafkaShareAckFailures]
+	for _, c := range []struct {
+		topic, errType string
+		want           float64
+	}{{"t", "INVALID_RECORD_STATE", 2}, {"u", "timeout", 1}, {"u", "INVALID_RECORD_STATE", 0}} {
+		got := metrictest.Total(m, semconv.MessagingDestinationName(c.topic), semconv.ErrorTypeKey.String(c.errType),
+			semconv.MessagingClientID("c"), semconv.MessagingOperationTypeSettle)
+		if got != c.want {
+			t.Errorf("%s %s: %v failures, want %v", c.topic, c.errType, got, c.want)
+		}
+	}
+	if _, err := telemetry.ShareAckFailures(nil, "c"); err == nil {
+		t.Error("nil MeterProvider accepted")
 	}
 }

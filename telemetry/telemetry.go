@@ -171,6 +171,14 @@ const (
 	// MetricKafkaDisconnects counts the broker connections closed
 	// ({connection}; messaging.client.id).
 	MetricKafkaDisconnects = "stacksaga.kafka.disconnects"
+	// MetricKafkaShareAckFailures counts the share-group acknowledgement
+	// results that failed, one per partition of an acknowledge request
+	// ({result}; messaging.system, messaging.client.id,
+	// messaging.destination.name, messaging.operation.type "settle",
+	// error.type; ShareAckFailures): the records of a lost accept, release
+	// or reject are delivered again, those of a lost renewal lose their
+	// lock while they are handled.
+	MetricKafkaShareAckFailures = "stacksaga.kafka.share.ack_failures"
 )
 
 // Attribute keys of StackSaga's spans and metrics.

@@ -25,6 +25,15 @@ package worker
 // acquisition lock. Commands of one saga may run on several instances at
 // once and duplicates are the norm: use the STRICT guard (writeprotect),
 // which runs a step once even when two instances get it at the same moment.
+//
+// An acknowledgement that fails (the broker refuses an accept that comes
+// after the command's acquisition lock ended, a renewal that cannot be
+// delivered) is logged at WARN ("kafkaloop: share acknowledgements
+// failed", with the topic, the partitions and the error) and, with
+// WithMeterProvider, counted (telemetry.MetricKafkaShareAckFailures): the
+// command is delivered again, or, for a lost renewal, may run on another
+// instance meanwhile. A kgo.ShareAckCallback among WithKafkaOpts replaces
+// this.
 
 import (
 	"context"
@@ -53,6 +62,7 @@ func (w *Worker) runShare(ctx context.Context) error {
 	opts = append(opts, kgo.ClientID(clientID), kgo.ShareGroup(w.cfg.group), kgo.ConsumeTopics(w.topic))
 	maxPoll := w.cfg.concurrency * 2
 	opts = append(opts, kafkaloop.ShareClientOpts(maxPoll)...)
+	opts = append(opts, kafkaloop.ShareAckFailures(w.log, w.tel.shareAckFailed))
 	if w.tel.kafkaOpt != nil {
 		opts = append(opts, w.tel.kafkaOpt) // as the consumer-group client (clientOpts)
 	}

@@ -32,7 +32,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithMeterProvider makes the worker report its metrics through mp: the
 // handler latency by endpoint, kind and outcome, the commands processed,
 // panics, dead letters by reason, the Kafka client metrics
-// (telemetry.KafkaMetrics) and, when its Guard reports metrics (it has a
+// (telemetry.KafkaMetrics; with a share group telemetry.ShareKafkaMetrics
+// and the failed acknowledgements, telemetry.ShareAckFailures) and, when its Guard reports metrics (it has a
 // RegisterMetrics method, as writeprotect.Guard does), the guard's
 // duplicates skipped, lease waits and the like. Default: no metrics, at no
 // cost. A nil mp leaves metrics off.
@@ -62,6 +63,10 @@ type otelState struct {
 	stepOpts     *telemetry.Options[stepKey, metric.RecordOption]
 	names        *telemetry.Memo[nameKey, string] // -> "<kind> <endpoint>"
 	kafkaOpt     kgo.Opt
+	// shareAckFailed counts a share-group client's failed
+	// acknowledgements (telemetry.ShareAckFailures); nil without metrics
+	// or in a consumer group.
+	shareAckFailed func(topic string, partition int32, err error)
 }
 
 type stepKey struct {
@@ -128,6 +133,9 @@ func (w *Worker) initTelemetry() error {
 		kafkaMetrics = telemetry.ShareKafkaMetrics
 	}
 	w.tel.kafkaOpt, err = kafkaMetrics(mp, "stacksaga-worker-"+w.service)
+	if err == nil && w.cfg.groupType == topics.GroupShare {
+		w.tel.shareAckFailed, err = telemetry.ShareAckFailures(mp, "stacksaga-worker-"+w.service)
+	}
 	if err != nil {
 		w.closeTelemetry()
 		return fmt.Errorf("worker: %w", err)

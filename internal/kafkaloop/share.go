@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/internal/wait"
@@ -58,6 +62,12 @@ import (
 // it: closing leaves the group and releases anything still held. A process
 // that dies (kill -9) leaves its records locked until the acquisition lock
 // times out; the broker then redelivers them.
+//
+// Failed acknowledgements: kgo retries an acknowledgement that may pass
+// and drops one that cannot (the broker refused it, typically because the
+// record's lock had ended) without a word. A client built with
+// ShareAckFailures logs each at Warn and counts it: a lost accept means a
+// redelivery, a lost renewal a record another member may run meanwhile.
 //
 // Options.RetryBudget and MaxBatchTime do not apply to share mode: the
 // delivery limit bounds the retries, and there are no rebalances to wait
@@ -114,6 +124,83 @@ func ShareClientOpts(maxPollRecords int) []kgo.Opt {
 		maxPollRecords = DefaultShareMaxPollRecords
 	}
 	return append(ProducerOpts(), kgo.ShareMaxRecords(int32(min(maxPollRecords, 1<<20))), kgo.ShareMaxRecordsStrict())
+}
+
+// ShareAckFailures returns the kgo option (a kgo.ShareAckCallback) that
+// makes failed share acknowledgements visible; without a callback kgo
+// retries the retryable ones and drops the others silently. A lost accept,
+// release or reject leaves its record to the broker, which delivers it
+// again once its acquisition lock ends (a duplicate: handlers fence it, but
+// an operator should see why); a lost renewal (Options.RenewLocks) ends the
+// lock while the handler still runs, so another member may run the same
+// record meanwhile.
+//
+// Each acknowledge result that failed is logged at Warn on log, one line
+// per topic and error of a result set (kgo calls back once per acknowledge
+// request, one result per partition): the topic, the partitions, the
+// error, what it means for the records, and failed_total, the failed
+// results of the client so far. count, if not nil, is called once per
+// failed result. kgo reports neither the offsets nor the types of the
+// acknowledgements of a result, so the line cannot name the records nor
+// tell a renewal from a final acknowledgement. A result set that is all
+// successes costs one pass over it, nothing allocated.
+//
+// Give it to the share-group client (ShareClientOpts' client); a
+// kgo.ShareAckCallback given after it replaces it.
+func ShareAckFailures(log *slog.Logger, count func(topic string, partition int32, err error)) kgo.Opt {
+	return kgo.ShareAckCallback(shareAckFailures(log, count))
+}
+
+// shareAckFailures is ShareAckFailures' callback.
+func shareAckFailures(log *slog.Logger, count func(topic string, partition int32, err error)) func(*kgo.Client, kgo.ShareAckResults) {
+	if log == nil {
+		log = slog.Default()
+	}
+	var total atomic.Int64
+	return func(_ *kgo.Client, rs kgo.ShareAckResults) {
+		if rs.Ok() {
+			return
+		}
+		type failure struct {
+			topic      string
+			err        error
+			msg        string
+			partitions []int32
+		}
+		var fs []failure
+		n := int64(0)
+		for _, r := range rs {
+			if r.Err == nil {
+				continue
+			}
+			n++
+			if count != nil {
+				count(r.Topic, r.Partition, r.Err)
+			}
+			msg := r.Err.Error()
+			i := slices.IndexFunc(fs, func(f failure) bool { return f.topic == r.Topic && f.msg == msg })
+			if i < 0 {
+				fs = append(fs, failure{topic: r.Topic, err: r.Err, msg: msg})
+				i = len(fs) - 1
+			}
+			fs[i].partitions = append(fs[i].partitions, r.Partition)
+		}
+		sum := total.Add(n)
+		for _, f := range fs {
+			log.Warn("kafkaloop: share acknowledgements failed", "topic", f.topic, "partitions", f.partitions,
+				"err", f.err, "effect", shareAckFailureEffect(f.err), "failed_total", sum)
+		}
+	}
+}
+
+// shareAckFailureEffect says what a failed acknowledgement means for its
+// records.
+func shareAckFailureEffect(err error) string {
+	if errors.Is(err, kerr.InvalidRecordState) {
+		return "the broker no longer holds the records for this member (their acquisition lock ended, or they were acknowledged already): " +
+			"after a lost accept, release or reject the record is delivered again; after a lost renewal another member may get it while its handler still runs"
+	}
+	return "not delivered: the broker delivers the records again once their acquisition locks end, and a lost renewal lets the lock end while the handler runs"
 }
 
 // RunShare consumes with cl, a share-group client (see ShareClientOpts),

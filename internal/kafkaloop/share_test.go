@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -478,5 +480,127 @@ func TestShareFetchesOnlyWhatItPolls(t *testing.T) {
 		if fmt.Sprint(d) != "[1]" {
 			t.Errorf("%s delivered %v, want once, on its first delivery", k, d)
 		}
+	}
+}
+
+// logCapture is a slog handler that keeps the records logged at Warn and
+// above and signals each on ch.
+type logCapture struct {
+	mu   sync.Mutex
+	recs []slog.Record
+	ch   chan struct{}
+}
+
+func newLogCapture() *logCapture { return &logCapture{ch: make(chan struct{}, 1)} }
+
+func (c *logCapture) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler           { return c }
+func (c *logCapture) WithGroup(string) slog.Handler                { return c }
+func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	c.recs = append(c.recs, r.Clone())
+	c.mu.Unlock()
+	select {
+	case c.ch <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// find waits for a record with message msg and returns its attributes.
+func (c *logCapture) find(t *testing.T, msg string) map[string]slog.Value {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		c.mu.Lock()
+		for _, r := range c.recs {
+			if r.Message == msg {
+				attrs := map[string]slog.Value{"level": slog.StringValue(r.Level.String())}
+				r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.Resolve(); return true })
+				c.mu.Unlock()
+				return attrs
+			}
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.ch:
+		case <-deadline:
+			c.mu.Lock()
+			for _, r := range c.recs {
+				t.Logf("logged: %s", r.Message)
+			}
+			c.mu.Unlock()
+			t.Fatalf("no log %q", msg)
+		}
+	}
+}
+
+// An accept the broker refuses (the record's acquisition lock ended while
+// its handler ran, and the broker gave it to another member) is logged at
+// Warn, with its topic, partition and error, and counted. Without
+// ShareAckFailures kgo drops it silently.
+//
+// The late accept goes out in the flush of a member shutting down: the
+// in-process broker loses the error of an acknowledgement piggybacked on a
+// share fetch that then waits for records (it rebuilds the response), so
+// the test sends it on its own ShareAcknowledge.
+func TestShareAckFailuresAreLoggedAndCounted(t *testing.T) {
+	e := newShareEnvLock(t, time.Second)
+	logs := newLogCapture()
+	log := slog.New(logs)
+	var mu sync.Mutex
+	var counted []string
+	count := func(topic string, partition int32, err error) {
+		mu.Lock()
+		counted = append(counted, fmt.Sprintf("%s/%d: %v", topic, partition, err))
+		mu.Unlock()
+	}
+	// The first delivery runs on the first member until the record has
+	// been delivered again to the second (its lock ended meanwhile), which
+	// holds it (accepted, the record would make the late accept a no-op).
+	firstStarted, acceptNow, redelivered, done := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once, doneOnce sync.Once
+	h := func(_ context.Context, r *kgo.Record) error {
+		if r.DeliveryCount() == 1 {
+			close(firstStarted)
+			<-acceptNow
+			return nil
+		}
+		once.Do(func() { close(redelivered) })
+		<-done
+		return nil
+	}
+	cl, err := kgo.NewClient(append(kafkaloop.ShareClientOpts(0), kgo.SeedBrokers(e.c.ListenAddrs()...),
+		kgo.ShareGroup(e.group), kgo.ConsumeTopics(topic), kafkaloop.ShareAckFailures(log, count))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { first <- kafkaloop.RunShare(ctx, cl, h, kafkaloop.Options{Logger: log}) }()
+	e.produce("late")
+	<-firstStarted
+	finish := func() { doneOnce.Do(func() { close(done) }) }
+	e.member(h, kafkaloop.Options{Logger: log}, kafkaloop.ShareAckFailures(log, count))
+	t.Cleanup(finish) // before the second member stops
+	<-redelivered
+	cancel() // the first member stops once its handler returns, and flushes the accept
+	close(acceptNow)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	got := logs.find(t, "kafkaloop: share acknowledgements failed")
+	if got["level"].String() != "WARN" || got["topic"].String() != topic || fmt.Sprint(got["partitions"].Any()) != "[0]" ||
+		!strings.Contains(got["err"].String(), kerr.InvalidRecordState.Message) || got["failed_total"].Int64() != 1 {
+		t.Errorf("logged %v, want a warning for partition 0 of %s with INVALID_RECORD_STATE, failed_total 1", got, topic)
+	}
+	// The count precedes the log line; the second member's accept waits
+	// for the cleanup.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(counted) != 1 || !strings.Contains(counted[0], topic+"/0: "+kerr.InvalidRecordState.Message) {
+		t.Errorf("counted %v, want the one refused accept", counted)
 	}
 }
