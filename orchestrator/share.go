@@ -96,7 +96,7 @@ func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) 
 		return fmt.Errorf("orchestrator: group type %s: %w", topics.GroupShare, err)
 	}
 	if !support.LockRenewal {
-		o.logger().Warn("orchestrator: the brokers cannot renew share-group record locks (KIP-1222, Kafka 4.2): a reply applied for longer than the record lock is delivered again meanwhile, and a poll held longer than the client's connection idle timeout (30s by default) loses its records", "group", group)
+		o.logger().Warn("orchestrator: share-group record locks cannot be renewed (KIP-1222): a reply applied for longer than the record lock is delivered again meanwhile, and a poll held longer than the client's connection idle timeout (30s by default) loses its records", "group", group, "reason", support.NoLockRenewal)
 	}
 	if err := topics.ConfigureShareGroup(ctx, cons, group, o.cfg.share); err != nil {
 		if o.cfg.provision {

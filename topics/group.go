@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // GroupType is how a topic is consumed: with the classic consumer-group
@@ -130,9 +132,16 @@ var ErrShareGroupsUnsupported = errors.New("topics: the Kafka brokers do not sup
 // beyond the basics CheckShareGroups requires.
 type ShareSupport struct {
 	// LockRenewal: the broker takes renew acknowledgements (KIP-1222,
-	// ShareAcknowledge v2, Kafka 4.2 on), so a consumer can keep the
-	// acquisition lock of a record it is still processing.
+	// ShareAcknowledge v2, Kafka 4.2 on) and the client can send them (its
+	// kgo.MaxVersions, if it was given one, allows ShareAcknowledge v2), so
+	// a consumer can keep the acquisition lock of a record it is still
+	// processing.
 	LockRenewal bool
+	// NoLockRenewal says why LockRenewal is false, for a warning: the
+	// brokers' ShareAcknowledge is older than v2, or the client's
+	// kgo.MaxVersions caps it below v2 (or both). It is "" when
+	// LockRenewal is true.
+	NoLockRenewal string
 }
 
 // CheckShareGroups asks a broker (ApiVersions) whether share groups can
@@ -147,7 +156,9 @@ func CheckShareGroups(ctx context.Context, r kmsg.Requestor) error {
 }
 
 // ProbeShareGroups is CheckShareGroups that also reports what the broker
-// supports beyond the basics (from the same ApiVersions answer).
+// supports beyond the basics (from the same ApiVersions answer), and, when
+// r is a client with a kgo.MaxVersions (a *kgo.Client), what its cap
+// leaves of it: a feature the client cannot encode is not supported.
 func ProbeShareGroups(ctx context.Context, r kmsg.Requestor) (ShareSupport, error) {
 	req := kmsg.NewPtrApiVersionsRequest()
 	req.ClientSoftwareName = "stacksaga"
@@ -182,7 +193,40 @@ func ProbeShareGroups(ctx context.Context, r kmsg.Requestor) (ShareSupport, erro
 	if len(missing) > 0 {
 		return ShareSupport{}, fmt.Errorf("%w: %s", ErrShareGroupsUnsupported, strings.Join(missing, ", "))
 	}
-	return ShareSupport{LockRenewal: maxVersion[ack] >= shareAckRenewVersion}, nil
+	var noRenewal []string
+	if v := maxVersion[ack]; v < shareAckRenewVersion {
+		noRenewal = append(noRenewal, fmt.Sprintf("the brokers take ShareAcknowledge up to v%d, renewing needs v%d (Kafka 4.2)", v, shareAckRenewVersion))
+	}
+	if v, capped := clientMaxVersion(r, ack); capped && v < shareAckRenewVersion {
+		if v < 0 {
+			noRenewal = append(noRenewal, "the client's kgo.MaxVersions leaves out ShareAcknowledge")
+		} else {
+			noRenewal = append(noRenewal, fmt.Sprintf("the client's kgo.MaxVersions caps ShareAcknowledge at v%d, renewing needs v%d", v, shareAckRenewVersion))
+		}
+	}
+	if len(noRenewal) > 0 {
+		return ShareSupport{NoLockRenewal: strings.Join(noRenewal, "; ")}, nil
+	}
+	return ShareSupport{LockRenewal: true}, nil
+}
+
+// clientMaxVersion is the highest version of the request key that r, if it
+// is a client given kgo.MaxVersions, may send (-1: none), and whether r
+// caps it at all.
+func clientMaxVersion(r kmsg.Requestor, key int16) (int16, bool) {
+	cl, ok := r.(interface{ OptValue(any) any })
+	if !ok {
+		return 0, false
+	}
+	mv, _ := cl.OptValue(kgo.MaxVersions).(*kversion.Versions)
+	if mv == nil {
+		return 0, false
+	}
+	v, ok := mv.LookupMaxKeyVersion(key)
+	if !ok {
+		return -1, true
+	}
+	return v, true
 }
 
 // shareAckRenewVersion is the first ShareAcknowledge version with renew

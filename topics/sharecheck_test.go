@@ -83,6 +83,66 @@ func TestProbeShareGroupsLockRenewal(t *testing.T) {
 	}
 }
 
+// A client whose kgo.MaxVersions caps ShareAcknowledge below v2 cannot
+// send renewals, whatever the brokers take: ProbeShareGroups reports no
+// lock renewal and says it is the client's cap (and the brokers' age where
+// they are old too).
+func TestProbeShareGroupsClientCap(t *testing.T) {
+	ack := (&kmsg.ShareAcknowledgeRequest{}).Key()
+	capped := kversion.Stable()
+	capped.SetMaxKeyVersion(ack, 1)
+	oldBroker := kversion.V4_2_0()
+	oldBroker.SetMaxKeyVersion(ack, 1)
+	for _, c := range []struct {
+		name   string
+		broker *kversion.Versions // nil: the newest
+		client *kversion.Versions // nil: kgo's default
+		why    []string
+	}{
+		{name: "uncapped"},
+		{name: "client capped at v2", client: kversion.V4_2_0()},
+		{name: "client capped at v1", client: capped, why: []string{"client's kgo.MaxVersions caps ShareAcknowledge at v1"}},
+		{name: "old broker", broker: oldBroker, why: []string{"brokers take ShareAcknowledge up to v1"}},
+		{name: "both", broker: oldBroker, client: capped, why: []string{"brokers take ShareAcknowledge up to v1", "client's kgo.MaxVersions caps"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kopts := []kfake.Opt{kfake.NumBrokers(1)}
+			if c.broker != nil {
+				kopts = append(kopts, kfake.MaxVersions(c.broker))
+			}
+			cluster, err := kfake.NewCluster(kopts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cluster.Close()
+			opts := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+			if c.client != nil {
+				opts = append(opts, kgo.MaxVersions(c.client))
+			}
+			cl, err := kgo.NewClient(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			s, err := topics.ProbeShareGroups(t.Context(), cl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.LockRenewal != (len(c.why) == 0) {
+				t.Errorf("%+v, want LockRenewal %v", s, len(c.why) == 0)
+			}
+			for _, w := range c.why {
+				if !strings.Contains(s.NoLockRenewal, w) {
+					t.Errorf("NoLockRenewal %q, want it to say %q", s.NoLockRenewal, w)
+				}
+			}
+			if len(c.why) == 0 && s.NoLockRenewal != "" {
+				t.Errorf("NoLockRenewal %q with renewal", s.NoLockRenewal)
+			}
+		})
+	}
+}
+
 // The project's real Kafka (scripts/services) has share groups, with lock
 // renewal.
 func TestCheckShareGroupsKafka(t *testing.T) {

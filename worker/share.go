@@ -76,7 +76,7 @@ func (w *Worker) runShare(ctx context.Context) error {
 		return fmt.Errorf("worker: group type %s: %w", topics.GroupShare, err)
 	}
 	if !support.LockRenewal {
-		w.log.Warn("worker: the brokers cannot renew share-group record locks (KIP-1222, Kafka 4.2): a step running longer than the record lock is delivered again meanwhile, and a poll held longer than the client's connection idle timeout (30s by default) loses its records", "group", w.cfg.group)
+		w.log.Warn("worker: share-group record locks cannot be renewed (KIP-1222): a step running longer than the record lock is delivered again meanwhile, and a poll held longer than the client's connection idle timeout (30s by default) loses its records", "group", w.cfg.group, "reason", support.NoLockRenewal)
 	}
 	if err := topics.ConfigureShareGroup(ctx, cl, w.cfg.group, w.cfg.share); err != nil {
 		if !w.cfg.noProvision {

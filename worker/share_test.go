@@ -2,9 +2,11 @@ package worker_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -247,6 +250,46 @@ func TestShareUnsupportedBrokerFailsAtStart(t *testing.T) {
 	if err := w.Run(ctx); !errors.Is(err, topics.ErrShareGroupsUnsupported) {
 		t.Fatalf("Run: %v, want ErrShareGroupsUnsupported", err)
 	}
+}
+
+// A share-group worker whose Kafka options cap ShareAcknowledge below v2
+// (kgo.MaxVersions) does not renew record locks, which its client could not
+// send, and its start-up warning says that the client's cap is why.
+func TestShareClientCapDisablesRenewal(t *testing.T) {
+	e := newKfake(t)
+	capped := kversion.Stable()
+	capped.SetMaxKeyVersion(int16(kmsg.ShareAcknowledge), 1)
+	var logs syncBuffer
+	w := shareWorker(e, worker.WithKafkaOpts(kgo.MaxVersions(capped)),
+		worker.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	e.start(w) // the warning precedes Running
+	got := logs.String()
+	if !strings.Contains(got, "share-group record locks cannot be renewed") ||
+		!strings.Contains(got, "the client's kgo.MaxVersions caps ShareAcknowledge at v1") {
+		t.Errorf("logged %q, want the no-renewal warning naming the client's cap", got)
+	}
+	e.send(e.cmd("t-capped", "charge", 0, topics.KindProcess, Order{ID: "c", Amount: 1}))
+	if r := e.reply("t-capped", 0, topics.KindProcess); r.Outcome != topics.OutcomeOK {
+		t.Fatalf("reply %+v", r)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // A share group hands out records in no order, so its worker records a
