@@ -33,9 +33,10 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // handler latency by endpoint, kind and outcome, the commands processed,
 // panics, dead letters by reason, the Kafka client metrics
 // (telemetry.KafkaMetrics; with a share group telemetry.ShareKafkaMetrics
-// and the failed acknowledgements, telemetry.ShareAckFailures) and, when its Guard reports metrics (it has a
-// RegisterMetrics method, as writeprotect.Guard does), the guard's
-// duplicates skipped, lease waits and the like. Default: no metrics, at no
+// and the failed acknowledgements, telemetry.ShareAckFailures) and, when
+// its Guard reports metrics (it has a RegisterMetrics method, as
+// writeprotect.Guard does), the guard's duplicates skipped, lease waits and
+// the like. Default: no metrics, at no
 // cost. A nil mp leaves metrics off.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return option(func(c *config) { c.meterProvider = mp })
