@@ -158,7 +158,10 @@ func CheckShareGroups(ctx context.Context, r kmsg.Requestor) error {
 // ProbeShareGroups is CheckShareGroups that also reports what the broker
 // supports beyond the basics (from the same ApiVersions answer), and, when
 // r is a client with a kgo.MaxVersions (a *kgo.Client), what its cap
-// leaves of it: a feature the client cannot encode is not supported.
+// leaves of it: a feature the client cannot encode is not supported, and a
+// cap that leaves out one of the share-group APIs fails (naming them; the
+// error does not wrap ErrShareGroupsUnsupported, since the brokers may
+// well support them).
 func ProbeShareGroups(ctx context.Context, r kmsg.Requestor) (ShareSupport, error) {
 	req := kmsg.NewPtrApiVersionsRequest()
 	req.ClientSoftwareName = "stacksaga"
@@ -192,6 +195,17 @@ func ProbeShareGroups(ctx context.Context, r kmsg.Requestor) (ShareSupport, erro
 	}
 	if len(missing) > 0 {
 		return ShareSupport{}, fmt.Errorf("%w: %s", ErrShareGroupsUnsupported, strings.Join(missing, ", "))
+	}
+	var left []string
+	for _, k := range []int16{(&kmsg.ShareGroupHeartbeatRequest{}).Key(), (&kmsg.ShareFetchRequest{}).Key(), ack} {
+		if v, capped := clientMaxVersion(r, k); capped && v < 0 {
+			left = append(left, kmsg.NameForKey(k))
+		}
+	}
+	if len(left) > 0 {
+		// A configuration error of the client, not the brokers' lack: not
+		// ErrShareGroupsUnsupported.
+		return ShareSupport{}, fmt.Errorf("topics: the client's kgo.MaxVersions leaves out %s, which a share group needs: allow them, or consume with a consumer group", strings.Join(left, ", "))
 	}
 	var noRenewal []string
 	if v := maxVersion[ack]; v < shareAckRenewVersion {

@@ -143,6 +143,45 @@ func TestProbeShareGroupsClientCap(t *testing.T) {
 	}
 }
 
+// A client whose kgo.MaxVersions leaves out a share-group API cannot
+// consume in a share group at all: the probe fails naming the APIs (and
+// not as the brokers' lack of support).
+func TestProbeShareGroupsClientLeavesOutAPIs(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	for name, c := range map[string]struct {
+		versions *kversion.Versions
+		says     []string
+	}{
+		"pinned to Kafka 3.9": {kversion.V3_9_0(), []string{"ShareGroupHeartbeat", "ShareFetch", "ShareAcknowledge"}},
+		"without ShareFetch": {func() *kversion.Versions {
+			v := kversion.Stable()
+			v.SetMaxKeyVersion((&kmsg.ShareFetchRequest{}).Key(), -1)
+			return v
+		}(), []string{"ShareFetch"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.MaxVersions(c.versions))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			_, err = topics.ProbeShareGroups(t.Context(), cl)
+			if err == nil || errors.Is(err, topics.ErrShareGroupsUnsupported) || !strings.Contains(err.Error(), "kgo.MaxVersions leaves out") {
+				t.Fatalf("err = %v, want the client's cap named (not ErrShareGroupsUnsupported)", err)
+			}
+			for _, api := range c.says {
+				if !strings.Contains(err.Error(), api) {
+					t.Errorf("%v does not name %s", err, api)
+				}
+			}
+		})
+	}
+}
+
 // The project's real Kafka (scripts/services) has share groups, with lock
 // renewal.
 func TestCheckShareGroupsKafka(t *testing.T) {
