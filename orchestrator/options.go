@@ -130,7 +130,9 @@ func WithBrokers(brokers ...string) Option {
 }
 
 // WithKafkaOpts adds franz-go client options (TLS, SASL, tuning). They are
-// applied after the orchestrator's own.
+// applied after the orchestrator's own, to its producer and to its
+// consumer; consumer and group options (kgo.ConsumerOpt, kgo.GroupOpt, the
+// share group's among them) to its consumer only.
 func WithKafkaOpts(opts ...kgo.Opt) Option {
 	return optFunc(func(c *config) { c.kafkaOpts = append(c.kafkaOpts, opts...) })
 }

@@ -149,7 +149,9 @@ type ShareSupport struct {
 // ShareGroupHeartbeat, ShareFetch and ShareAcknowledge APIs. It returns an
 // error wrapping ErrShareGroupsUnsupported when they cannot, naming what
 // is missing, so that a SHARE group type fails at start instead of
-// consuming nothing.
+// consuming nothing; and, when r is a client whose kgo.MaxVersions leaves
+// out one of those APIs, an error naming them that does not wrap it (the
+// client's configuration is at fault, not the brokers).
 func CheckShareGroups(ctx context.Context, r kmsg.Requestor) error {
 	_, err := ProbeShareGroups(ctx, r)
 	return err

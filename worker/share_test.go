@@ -253,8 +253,9 @@ func TestShareUnsupportedBrokerFailsAtStart(t *testing.T) {
 }
 
 // A share-group worker whose Kafka options cap ShareAcknowledge below v2
-// (kgo.MaxVersions) does not renew record locks, which its client could not
-// send, and its start-up warning says that the client's cap is why.
+// (kgo.MaxVersions) is told that it cannot renew record locks (which its
+// client could not send): its start-up warning names the client's cap, and
+// it still replies.
 func TestShareClientCapDisablesRenewal(t *testing.T) {
 	e := newKfake(t)
 	capped := kversion.Stable()

@@ -686,14 +686,14 @@ loop:
 		// relay and the workers go quiet first, so duplicate_executions
 		// covers every copy delivered. Then stop the relay and let what it
 		// copied drain, so that the counts (and the metrics) no longer move.
-		settle(relay, workers, o)
-		stopRelay()
-		settle(relay, workers, o)
+		settle(relay, workers, o, true)
 		if relay.Copied() == 0 {
 			// Not a single duplicate delivered: the counts would say the
 			// sagas survived duplicates they never saw.
 			return result{}, errors.New("duplicator: --duplicates copied no record in 15s after the sagas ended: the relay cannot read or write the topics")
 		}
+		stopRelay()
+		settle(relay, workers, o, false)
 	}
 	report()
 	if e := res.failed(); e != nil {
@@ -910,11 +910,11 @@ func (e *executions) duplicates() int {
 	return n
 }
 
-// settle waits until the relay has copied something and then copies
-// nothing more, the workers process nothing more and the orchestrator reads
-// no more replies, for 600ms (at most 15s: a relay that cannot read or
-// write the topics never starts).
-func settle(relay *duplicator.Relay, workers []*worker.Worker, o *orchestrator.Orchestrator[placeorder.Order]) {
+// settle waits until the relay copies nothing more, the workers process
+// nothing more and the orchestrator reads no more replies, for 600ms (at
+// most 15s); with firstCopy, only once the relay has copied something (a
+// relay that cannot read or write the topics never does).
+func settle(relay *duplicator.Relay, workers []*worker.Worker, o *orchestrator.Orchestrator[placeorder.Order], firstCopy bool) {
 	progress := func() uint64 {
 		n := uint64(relay.Copied())
 		for _, w := range workers {
@@ -926,7 +926,7 @@ func settle(relay *duplicator.Relay, workers []*worker.Worker, o *orchestrator.O
 	last, quiet := progress(), 0
 	for deadline := time.Now().Add(15 * time.Second); quiet < 3 && time.Now().Before(deadline); {
 		time.Sleep(200 * time.Millisecond)
-		if n := progress(); n != last || relay.Copied() == 0 {
+		if n := progress(); n != last || firstCopy && relay.Copied() == 0 {
 			last, quiet = n, 0
 		} else {
 			quiet++

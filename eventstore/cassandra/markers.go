@@ -118,8 +118,10 @@ func (s *Store) casMarker(ctx context.Context, op, stmt string, key eventstore.M
 }
 
 // retryCAS is casMarker's loop around try, which sends the statement once
-// and fills prev with a refusal's columns. Once a try's outcome is unknown
-// (it may have been applied), a later failure is never reported as
+// and fills prev with a refusal's columns. Once a try has failed in a way
+// worth retrying, its outcome is unknown (it may have been applied; an
+// LWT's Unavailable too, which the commit phase can raise after a quorum
+// accepted the proposal), so a later failure is never reported as
 // eventstore.ErrClosed, which says that nothing was written: Close cutting
 // the retries short leaves the outcome unknown.
 func (s *Store) retryCAS(ctx context.Context, op string, key eventstore.MarkerKey, try func(prev map[string]any) (bool, error),
@@ -148,7 +150,7 @@ func (s *Store) retryCAS(ctx context.Context, op string, key eventstore.MarkerKe
 		if !lwtRetryable(err) || attempt+1 >= s.lwtTries {
 			return false, eventstore.Marker{}, fail(err)
 		}
-		if unknown == nil && !refusedUnsent(err) {
+		if unknown == nil {
 			unknown = err
 		}
 		s.log.DebugContext(ctx, "cassandra: marker LWT outcome unknown, retrying", "op", op, "tx", key.TxID, "span", key.Span, "attempt", attempt+1, "err", err)

@@ -279,8 +279,9 @@ func addIdempotent(b *gocql.Batch, stmt string, args ...any) {
 	b.Entries = append(b.Entries, gocql.BatchEntry{Stmt: stmt, Args: args, Idempotent: true})
 }
 
-// lwtRetryable reports an unknown LWT outcome (or a refusal before any
-// write) worth sending again.
+// lwtRetryable reports an unknown LWT outcome worth sending again: a
+// timeout, or an unavailable coordinator (before the proposal, or in the
+// commit phase after a quorum accepted it).
 func lwtRetryable(err error) bool {
 	var wt *gocql.RequestErrWriteTimeout
 	var rt *gocql.RequestErrReadTimeout
@@ -288,14 +289,6 @@ func lwtRetryable(err error) bool {
 	var un *gocql.RequestErrUnavailable
 	return errors.As(err, &wt) || errors.As(err, &rt) || errors.As(err, &cu) || errors.As(err, &un) ||
 		errors.Is(err, gocql.ErrTimeoutNoResponse)
-}
-
-// refusedUnsent reports a retryable LWT error that says the statement was
-// not applied: the coordinator refused it (not enough replicas alive)
-// before writing anything.
-func refusedUnsent(err error) bool {
-	var un *gocql.RequestErrUnavailable
-	return errors.As(err, &un)
 }
 
 // backoff sleeps before LWT attempt n+1 (jittered, growing), or returns
