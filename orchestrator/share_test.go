@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
@@ -20,12 +19,7 @@ import (
 // on (a client without a group), and the user's callback replaces the
 // orchestrator's.
 func TestShareGroupOptionsGoToTheConsumer(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
+	brokers := newCluster(t)
 	ensureTopics(t, brokers, allTopics()...)
 	startResponder(t, brokers, allTopics()[:2], appendStep(nil))
 	var acks atomic.Int64
