@@ -243,7 +243,7 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	// orchestrator that only starts sagas (or has not reached Run yet)
 	// must not join the callback topic's group and hold partitions that
 	// nobody polls.
-	o.prod, err = kgo.NewClient(producerOnly(o.baseOpts(append(kafkaloop.ProducerOpts(),
+	o.prod, err = kgo.NewClient(kafkaloop.WithoutConsumerOpts(o.baseOpts(append(kafkaloop.ProducerOpts(),
 		kgo.RecordDeliveryTimeout(cfg.deliveryTimeout),
 	)...))...)
 	if err != nil {
@@ -269,22 +269,6 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	// domain's directory entries to o.
 	muxFor(o.scope).register(o.domain.Name, o.redriver)
 	return o, nil
-}
-
-// producerOnly is opts without the consumer's and the group's options
-// (kgo.ConsumerOpt, kgo.GroupOpt, the user's among them): the producer
-// client consumes nothing, and kgo refuses some of them (a share group's
-// kgo.ShareAckCallback or kgo.ShareMaxRecords) on a client without a group.
-func producerOnly(opts []kgo.Opt) []kgo.Opt {
-	out := opts[:0:0]
-	for _, opt := range opts {
-		switch opt.(type) {
-		case kgo.ConsumerOpt, kgo.GroupOpt:
-		default:
-			out = append(out, opt)
-		}
-	}
-	return out
 }
 
 // baseOpts returns the seed brokers, then opts, then the user's options.

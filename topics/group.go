@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -190,7 +191,8 @@ func ProbeShareGroups(ctx context.Context, r kmsg.Requestor) (ShareSupport, erro
 		maxVersion[k.ApiKey] = k.MaxVersion
 	}
 	ack := (&kmsg.ShareAcknowledgeRequest{}).Key()
-	for _, k := range []int16{(&kmsg.ShareGroupHeartbeatRequest{}).Key(), (&kmsg.ShareFetchRequest{}).Key(), ack} {
+	apis := [...]int16{(&kmsg.ShareGroupHeartbeatRequest{}).Key(), (&kmsg.ShareFetchRequest{}).Key(), ack}
+	for _, k := range apis {
 		if _, ok := maxVersion[k]; !ok {
 			missing = append(missing, "no "+kmsg.NameForKey(k)+" API")
 		}
@@ -198,9 +200,10 @@ func ProbeShareGroups(ctx context.Context, r kmsg.Requestor) (ShareSupport, erro
 	if len(missing) > 0 {
 		return ShareSupport{}, fmt.Errorf("%w: %s", ErrShareGroupsUnsupported, strings.Join(missing, ", "))
 	}
+	caps := clientVersions(r)
 	var left []string
-	for _, k := range []int16{(&kmsg.ShareGroupHeartbeatRequest{}).Key(), (&kmsg.ShareFetchRequest{}).Key(), ack} {
-		if v, capped := clientMaxVersion(r, k); capped && v < 0 {
+	for _, k := range apis {
+		if _, ok := lookupCap(caps, k); !ok {
 			left = append(left, kmsg.NameForKey(k))
 		}
 	}
@@ -213,12 +216,8 @@ func ProbeShareGroups(ctx context.Context, r kmsg.Requestor) (ShareSupport, erro
 	if v := maxVersion[ack]; v < shareAckRenewVersion {
 		noRenewal = append(noRenewal, fmt.Sprintf("the brokers take ShareAcknowledge up to v%d, renewing needs v%d (Kafka 4.2)", v, shareAckRenewVersion))
 	}
-	if v, capped := clientMaxVersion(r, ack); capped && v < shareAckRenewVersion {
-		if v < 0 {
-			noRenewal = append(noRenewal, "the client's kgo.MaxVersions leaves out ShareAcknowledge")
-		} else {
-			noRenewal = append(noRenewal, fmt.Sprintf("the client's kgo.MaxVersions caps ShareAcknowledge at v%d, renewing needs v%d", v, shareAckRenewVersion))
-		}
+	if v, _ := lookupCap(caps, ack); v < shareAckRenewVersion {
+		noRenewal = append(noRenewal, fmt.Sprintf("the client's kgo.MaxVersions caps ShareAcknowledge at v%d, renewing needs v%d", v, shareAckRenewVersion))
 	}
 	if len(noRenewal) > 0 {
 		return ShareSupport{NoLockRenewal: strings.Join(noRenewal, "; ")}, nil
@@ -226,23 +225,24 @@ func ProbeShareGroups(ctx context.Context, r kmsg.Requestor) (ShareSupport, erro
 	return ShareSupport{LockRenewal: true}, nil
 }
 
-// clientMaxVersion is the highest version of the request key that r, if it
-// is a client given kgo.MaxVersions, may send (-1: none), and whether r
-// caps it at all.
-func clientMaxVersion(r kmsg.Requestor, key int16) (int16, bool) {
+// lookupCap is the highest version of key that caps lets a client send,
+// and whether it may send key at all; nil caps allow every version.
+func lookupCap(caps *kversion.Versions, key int16) (int16, bool) {
+	if caps == nil {
+		return math.MaxInt16, true
+	}
+	return caps.LookupMaxKeyVersion(key)
+}
+
+// clientVersions is the kgo.MaxVersions of r, if r is a client given one;
+// nil otherwise (r may send every version it knows).
+func clientVersions(r kmsg.Requestor) *kversion.Versions {
 	cl, ok := r.(interface{ OptValue(any) any })
 	if !ok {
-		return 0, false
+		return nil
 	}
 	mv, _ := cl.OptValue(kgo.MaxVersions).(*kversion.Versions)
-	if mv == nil {
-		return 0, false
-	}
-	v, ok := mv.LookupMaxKeyVersion(key)
-	if !ok {
-		return -1, true
-	}
-	return v, true
+	return mv
 }
 
 // shareAckRenewVersion is the first ShareAcknowledge version with renew

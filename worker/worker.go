@@ -401,15 +401,7 @@ func (w *Worker) clientOpts() []kgo.Opt {
 // provision creates the worker's topics with a short-lived client that has
 // no consumer (so the group does not join before the topic exists).
 func (w *Worker) provision(ctx context.Context) error {
-	opts := w.baseOpts()
-	for _, o := range w.cfg.kopts {
-		switch o.(type) {
-		case kgo.ConsumerOpt, kgo.GroupOpt:
-		default:
-			opts = append(opts, o)
-		}
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(append(w.baseOpts(), kafkaloop.WithoutConsumerOpts(w.cfg.kopts)...)...)
 	if err != nil {
 		return fmt.Errorf("worker: kafka client: %w", err)
 	}

@@ -171,6 +171,23 @@ func (o *Options) defaults() {
 // installed by ClientOpts.
 var loops sync.Map // *kgo.Client -> *loop
 
+// WithoutConsumerOpts is opts without the consumer's and the group's
+// options (kgo.ConsumerOpt, kgo.GroupOpt), for a client of the same
+// configuration that consumes nothing: kgo refuses some of them (a share
+// group's kgo.ShareAckCallback or kgo.ShareMaxRecords) on a client without
+// a group, and a group option would make it join.
+func WithoutConsumerOpts(opts []kgo.Opt) []kgo.Opt {
+	out := make([]kgo.Opt, 0, len(opts))
+	for _, opt := range opts {
+		switch opt.(type) {
+		case kgo.ConsumerOpt, kgo.GroupOpt:
+		default:
+			out = append(out, opt)
+		}
+	}
+	return out
+}
+
 // ProducerOpts returns the producer settings for the framework's
 // request/reply records (commands, replies, dead letters: a few hundred
 // bytes each, produced synchronously). ClientOpts includes them; a client
