@@ -188,28 +188,32 @@ type journal struct {
 	calls map[string]int // "p/offset" -> handler calls
 	ok    map[string]int // "p/offset" -> successes
 	order map[string][]string
-	busy  map[string]bool // keys being handled
-	err   error           // first ordering violation
-	dead  []string        // "p/offset reason"
-	dlIDs map[string]int  // "p/offset" -> dead letters
+	busy  map[string]string // "p/key" -> record being handled
+	err   error             // first ordering violation
+	dead  []string          // "p/offset reason"
+	dlIDs map[string]int    // "p/offset" -> dead letters
 }
 
 func newJournal() *journal {
-	return &journal{calls: map[string]int{}, ok: map[string]int{}, order: map[string][]string{}, busy: map[string]bool{}, dlIDs: map[string]int{}}
+	return &journal{calls: map[string]int{}, ok: map[string]int{}, order: map[string][]string{}, busy: map[string]string{}, dlIDs: map[string]int{}}
 }
 
 func id(r *kgo.Record) string { return fmt.Sprintf("%d/%d", r.Partition, r.Offset) }
 
 // handler wraps fn (nil: succeed) with bookkeeping: calls, successes in
-// order per key, and a check that one key never runs twice at once.
+// order per key, and a check that one key of a partition never runs twice
+// at once, on one member or across members. (The same key on two
+// partitions may run concurrently: order is per partition and key, as a
+// key's records share a partition under Kafka's partitioners.)
 func (j *journal) handler(fn func(r *kgo.Record, call int) error) kafkaloop.Handler {
 	return func(_ context.Context, r *kgo.Record) error {
 		key := string(r.Key)
+		lane := fmt.Sprintf("%d/%s", r.Partition, key)
 		j.mu.Lock()
-		if j.busy[key] && j.err == nil {
-			j.err = fmt.Errorf("key %s handled concurrently", key)
+		if other := j.busy[lane]; other != "" && j.err == nil {
+			j.err = fmt.Errorf("key %s of partition %d handled concurrently: offsets %s and %s", key, r.Partition, other, id(r))
 		}
-		j.busy[key] = true
+		j.busy[lane] = id(r)
 		j.calls[id(r)]++
 		call := j.calls[id(r)]
 		j.mu.Unlock()
@@ -219,7 +223,7 @@ func (j *journal) handler(fn func(r *kgo.Record, call int) error) kafkaloop.Hand
 		}
 		j.mu.Lock()
 		defer j.mu.Unlock()
-		j.busy[key] = false
+		j.busy[lane] = ""
 		if err == nil {
 			j.ok[id(r)]++
 			j.order[key] = append(j.order[key], string(r.Value))
