@@ -161,13 +161,17 @@ func (s *Store) ListRecoveryEntries(ctx context.Context, scope eventstore.Scope,
 	return out, nil
 }
 
-// DeleteRecoveryEntry deletes one tier-5 row.
+// DeleteRecoveryEntry deletes one tier-5 row. Deletes of one partition
+// that arrive while another of it is in flight are sent together when it
+// returns, in one single-partition batch (a group commit: a saga's end
+// deletes its watchdog, and the watchdogs of the sagas an instance starts
+// in one window share a partition). Each call returns with the result of
+// the statement or batch that carried its delete.
 func (s *Store) DeleteRecoveryEntry(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, txID string) error {
 	if err := s.check(ctx, scope.Validate(), eventstore.RecoveryEntry{RecoveryPath: path, TxID: txID}.Validate()); err != nil {
 		return err
 	}
-	return s.exec(ctx, "delete recovery entry", s.st.deleteEntry, scope.Region, scope.Cluster, scope.Service,
-		eventstore.DayOf(path.Day), path.MinuteOfDay, path.InstanceID, path.Bucket, txID)
+	return s.deletes.delete(ctx, scope, path, txID)
 }
 
 // DropBucket deletes a tier-5 partition (one partition tombstone).

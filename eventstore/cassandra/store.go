@@ -89,6 +89,7 @@ type Store struct {
 	serialCL gocql.Consistency
 	closed   atomic.Bool
 	once     sync.Once
+	deletes  entryDeletes // DeleteRecoveryEntry's group commit
 }
 
 var (
@@ -126,7 +127,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cassandra: connect to %v keyspace %s: %w", cfg.ContactPoints, cfg.Keyspace, err)
 	}
-	return &Store{
+	s := &Store{
 		session:  session,
 		st:       newStatements(cfg.Keyspace),
 		obs:      obs,
@@ -136,7 +137,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 		readCL:   cfg.ReadConsistency.gocql(),
 		writeCL:  cfg.WriteConsistency.gocql(),
 		serialCL: cfg.SerialConsistency.gocql(),
-	}, nil
+	}
+	s.deletes.s = s
+	return s, nil
 }
 
 // createSession connects, giving up (and closing the late session) when

@@ -1,0 +1,20 @@
+package cassandra
+
+// SetDeleteHook makes s call f before each statement or batch that
+// DeleteRecoveryEntry sends, with the transaction ids it carries. Set it
+// before the first delete.
+func SetDeleteHook(s *Store, f func(txIDs []string)) { s.deletes.sent = f }
+
+// QueuedDeletes is the number of deletes waiting behind one in flight, over
+// every partition.
+func QueuedDeletes(s *Store) int {
+	s.deletes.mu.Lock()
+	defer s.deletes.mu.Unlock()
+	n := 0
+	for _, q := range s.deletes.parts {
+		for _, g := range q.waiting {
+			n += len(g.txIDs)
+		}
+	}
+	return n
+}
