@@ -28,27 +28,22 @@ const maxDeleteBatch = 32
 // Each caller still learns whether its own delete was applied: it returns
 // with the error of the statement or batch that carried it.
 type entryDeletes struct {
-	s     *Store
-	mu    sync.Mutex
-	parts map[partKey]*partQueue // partitions with a delete in flight
+	s  *Store
+	mu sync.Mutex
+	// parts holds the partitions with a delete in flight, each with the
+	// groups queued behind it in arrival order (each at most
+	// maxDeleteBatch ids).
+	parts map[partKey][]*deleteGroup
 
 	// sent, if set (tests), is called before each statement or batch with
 	// the transaction ids it carries.
 	sent func(txIDs []string)
 }
 
-// partKey names a tier-5 partition.
+// partKey names a tier-5 partition; path.Day is its UTC day (DayOf).
 type partKey struct {
-	scope       eventstore.Scope
-	day         int64 // Unix seconds of the UTC day
-	minuteOfDay int
-	instanceID  string
-	bucket      int
-}
-
-// partQueue is what waits behind a partition's delete in flight.
-type partQueue struct {
-	waiting []*deleteGroup // in arrival order, each at most maxDeleteBatch ids
+	scope eventstore.Scope
+	path  eventstore.RecoveryPath
 }
 
 // deleteGroup is the deletes one batch carries, and its result.
@@ -63,27 +58,28 @@ type deleteGroup struct {
 // returns when that statement or batch returns, or when ctx ends first (the
 // delete may then still be applied).
 func (d *entryDeletes) delete(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, txID string) error {
-	k := partKey{scope, eventstore.DayOf(path.Day).Unix(), path.MinuteOfDay, path.InstanceID, path.Bucket}
+	path.Day = eventstore.DayOf(path.Day)
+	k := partKey{scope, path}
 	d.mu.Lock()
 	if d.parts == nil {
-		d.parts = make(map[partKey]*partQueue)
+		d.parts = make(map[partKey][]*deleteGroup)
 	}
-	q, busy := d.parts[k]
+	waiting, busy := d.parts[k]
 	if !busy {
 		// Nothing of this partition in flight: send at once, alone, on
 		// the caller's context.
-		d.parts[k] = &partQueue{}
+		d.parts[k] = nil
 		d.mu.Unlock()
-		err := d.send(ctx, scope, path, []string{txID})
-		d.next(k, scope, path)
+		err := d.send(ctx, k, []string{txID})
+		d.next(k)
 		return err
 	}
 	var g *deleteGroup
-	if n := len(q.waiting); n > 0 && len(q.waiting[n-1].txIDs) < maxDeleteBatch {
-		g = q.waiting[n-1]
+	if n := len(waiting); n > 0 && len(waiting[n-1].txIDs) < maxDeleteBatch {
+		g = waiting[n-1]
 	} else {
 		g = &deleteGroup{done: make(chan struct{})}
-		q.waiting = append(q.waiting, g)
+		d.parts[k] = append(waiting, g)
 	}
 	g.txIDs = append(g.txIDs, txID)
 	d.mu.Unlock()
@@ -97,43 +93,42 @@ func (d *entryDeletes) delete(ctx context.Context, scope eventstore.Scope, path 
 
 // next starts the batch of the first group waiting behind k's delete that
 // has just returned, or marks k idle when none waits.
-func (d *entryDeletes) next(k partKey, scope eventstore.Scope, path eventstore.RecoveryPath) {
+func (d *entryDeletes) next(k partKey) {
 	d.mu.Lock()
-	q := d.parts[k]
-	if len(q.waiting) == 0 {
+	waiting := d.parts[k]
+	if len(waiting) == 0 {
 		delete(d.parts, k)
 		d.mu.Unlock()
 		return
 	}
-	g := q.waiting[0]
-	q.waiting[0] = nil
-	q.waiting = q.waiting[1:]
+	g := waiting[0]
+	waiting[0] = nil
+	d.parts[k] = waiting[1:]
 	d.mu.Unlock()
 	go func() {
 		// The group's callers each wait on their own context; the batch
 		// they share is bounded by the driver's request timeout.
-		g.err = d.send(context.Background(), scope, path, g.txIDs)
+		g.err = d.send(context.Background(), k, g.txIDs)
 		close(g.done)
-		d.next(k, scope, path)
+		d.next(k)
 	}()
 }
 
-// send deletes txIDs from the partition of path: one statement, or one
-// unlogged single-partition batch.
-func (d *entryDeletes) send(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, txIDs []string) error {
+// send deletes txIDs from partition k: one statement, or one unlogged
+// single-partition batch.
+func (d *entryDeletes) send(ctx context.Context, k partKey, txIDs []string) error {
 	if d.sent != nil {
 		d.sent(txIDs)
 	}
-	s := d.s
-	day := eventstore.DayOf(path.Day)
+	s, sc, p := d.s, k.scope, k.path
 	if len(txIDs) == 1 {
-		return s.exec(ctx, "delete recovery entry", s.st.deleteEntry, scope.Region, scope.Cluster, scope.Service,
-			day, path.MinuteOfDay, path.InstanceID, path.Bucket, txIDs[0])
+		return s.exec(ctx, "delete recovery entry", s.st.deleteEntry, sc.Region, sc.Cluster, sc.Service,
+			p.Day, p.MinuteOfDay, p.InstanceID, p.Bucket, txIDs[0])
 	}
 	b := s.batch(gocql.UnloggedBatch)
 	for _, id := range txIDs {
-		addIdempotent(b, s.st.deleteEntry, scope.Region, scope.Cluster, scope.Service,
-			day, path.MinuteOfDay, path.InstanceID, path.Bucket, id)
+		addIdempotent(b, s.st.deleteEntry, sc.Region, sc.Cluster, sc.Service,
+			p.Day, p.MinuteOfDay, p.InstanceID, p.Bucket, id)
 	}
 	if err := b.ExecContext(ctx); err != nil {
 		return s.fail("delete recovery entries", err)

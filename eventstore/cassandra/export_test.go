@@ -11,8 +11,8 @@ func QueuedDeletes(s *Store) int {
 	s.deletes.mu.Lock()
 	defer s.deletes.mu.Unlock()
 	n := 0
-	for _, q := range s.deletes.parts {
-		for _, g := range q.waiting {
+	for _, waiting := range s.deletes.parts {
+		for _, g := range waiting {
 			n += len(g.txIDs)
 		}
 	}
