@@ -67,6 +67,33 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 			}
 		}
 	}()
+	openCassandra := func() error {
+		if cass != nil {
+			return nil
+		}
+		var err error
+		rep.Keyspace = o.keyspace
+		if o.fresh {
+			progress("fresh keyspace %s, dropped at the end", o.keyspace)
+		}
+		if cass, err = openStore(ctx, o); err != nil {
+			return err
+		}
+		floorCQL, err = openFloorSession(ctx, o)
+		return err
+	}
+	if spec, ok := warmCell(o, cells); ok && o.warmServices > 0 {
+		if spec.Cassandra {
+			if err := openCassandra(); err != nil {
+				return nil, err
+			}
+		}
+		w, err := warmServices(ctx, o, spec, runID, cass, newLogger(stderr, o.verbose), progress)
+		rep.ServicesWarmup = w
+		if err != nil {
+			return nil, err
+		}
+	}
 	for _, spec := range cells {
 		res := &cellResult{Cell: spec.Name, Infra: spec.Infra, Mode: strings.ToUpper(spec.Mode), Concurrency: spec.Concurrency, Store: "memory"}
 		rep.Cells = append(rep.Cells, res)
@@ -86,16 +113,8 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if spec.Cassandra && cass == nil {
-			var err error
-			rep.Keyspace = o.keyspace
-			if o.fresh {
-				progress("fresh keyspace %s, dropped at the end", o.keyspace)
-			}
-			if cass, err = openStore(ctx, o); err != nil {
-				return nil, err
-			}
-			if floorCQL, err = openFloorSession(ctx, o); err != nil {
+		if spec.Cassandra {
+			if err := openCassandra(); err != nil {
 				return nil, err
 			}
 		}

@@ -70,12 +70,15 @@ import (
 )
 
 type options struct {
-	sagas     int
-	warmup    int
-	cells     string
-	kafka     string
-	cassandra string
-	keyspace  string
+	sagas  int
+	warmup int
+	// warmServices is the most sagas run before the cells to warm the
+	// real servers' JITs (warm.go); 0: none.
+	warmServices int
+	cells        string
+	kafka        string
+	cassandra    string
+	keyspace     string
 	// fresh: the Cassandra cells run in a keyspace of their own, keyspace
 	// plus the run's id, dropped at the end.
 	fresh   bool
@@ -119,6 +122,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.sagas, "sagas", 2000, "sagas measured per cell (the floor runs as many)")
 	fs.IntVar(&o.warmup, "warmup", -1, "sagas run before measuring, per cell (default: a tenth of --sagas, at most 200)")
+	fs.IntVar(&o.warmServices, "warm-services", 0, fmt.Sprintf("before the cells, run at most this many sagas of the first real-services cell, unmeasured, in chunks of %d, until the local broker's and Cassandra's JIT compilers take under %d%% of their CPU in a chunk (a freshly started JVM compiles for tens of thousands of sagas); 0: no warming", warmChunk, warmJITPct))
 	fs.StringVar(&o.cells, "cells", "", "comma-separated cell names or patterns (path.Match, e.g. 'cassandra-*'); default every cell the endpoints allow; 'list' lists them")
 	fs.StringVar(&o.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; unset: embedded cells only)")
 	fs.StringVar(&o.cassandra, "cassandra", os.Getenv("CASSANDRA_HOSTS"), "Cassandra contact points, comma-separated (default $CASSANDRA_HOSTS; unset: no Cassandra cells)")
@@ -145,6 +149,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.warmup < 0 {
 		o.warmup = min(o.sagas/10, 200)
+	}
+	if o.warmServices < 0 {
+		errs = append(errs, errors.New("--warm-services must be at least 0"))
 	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))

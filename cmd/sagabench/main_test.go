@@ -117,7 +117,7 @@ func TestEmbeddedCells(t *testing.T) {
 func TestCassandraCellRealServices(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
 	hosts, keyspace := testenv.CassandraKeyspace(t)
-	r := decode(t, runBench(t, "--json", "--sagas", "40", "--warmup", "5", "--cells", "cassandra-relaxed-c64",
+	r := decode(t, runBench(t, "--json", "--sagas", "40", "--warmup", "5", "--cells", "cassandra-relaxed-c64", "--warm-services", "30",
 		"--kafka", strings.Join(brokers, ","), "--cassandra", strings.Join(hosts, ","), "--keyspace", keyspace, "--timeout", "2m"))
 	if len(r.Cells) != 1 {
 		t.Fatalf("%d cells", len(r.Cells))
@@ -140,6 +140,20 @@ func TestCassandraCellRealServices(t *testing.T) {
 	if len(r.Targets) == 0 {
 		t.Error("no targets checked")
 	}
+	// The servers' JIT share: a percentage when they run on this machine
+	// (their CPU is read from /proc, as scripts/services runs them),
+	// unknown otherwise.
+	local := c.Framework.KafkaCPUPerSaga >= 0 && c.Framework.CassandraCPUPerSaga >= 0
+	if jit := c.Framework.ServicesJITPct; local && (jit < 0 || jit > 100) || !local && jit != -1 {
+		t.Errorf("services' JIT share %v (servers local: %v)", jit, local)
+	}
+	w := r.ServicesWarmup
+	if w == nil || w.Cell != "cassandra-relaxed-c64" || w.Sagas != 30 || len(w.JITPct) != 1 {
+		t.Fatalf("--warm-services 30: %+v", w)
+	}
+	if jit := w.JITPct[0]; local && (jit < 0 || jit > 100) || w.Warm != (jit >= 0 && jit < warmJITPct) {
+		t.Errorf("warm-up chunk's JIT share %v, warm %v", jit, w.Warm)
+	}
 }
 
 func TestParse(t *testing.T) {
@@ -151,6 +165,7 @@ func TestParse(t *testing.T) {
 	for _, bad := range [][]string{
 		{"--sagas", "0"},
 		{"--rounds", "0"},
+		{"--warm-services", "-1"},
 		{"--kafka", "", "--cassandra", "127.0.0.1:9042"},
 		{"extra"},
 	} {
@@ -251,6 +266,21 @@ func TestTargetsExplainMisses(t *testing.T) {
 	}
 	if ratio := ts[1]; !ratio.Met || ratio.Got != 0.8 {
 		t.Errorf("ratio target: %+v", ratio)
+	}
+	if strings.Contains(miss.Why, "warming") {
+		t.Errorf("warm servers (JIT 0%%) said to be warming: %s", miss.Why)
+	}
+	// Servers whose JIT compilers took a large share of their CPU were
+	// still warming up: both verdicts say so; an unknown share says
+	// nothing.
+	for _, jit := range []float64{30, -1} {
+		cells[0].Framework.ServicesJITPct = jit
+		cells[0].Ratio = 0.5
+		for _, tg := range checkTargets(cells) {
+			if said := strings.Contains(tg.Why, "JIT compilers took 30% of their CPU"); said != (jit == 30) {
+				t.Errorf("JIT share %v: %s: %s", jit, tg.Name, tg.Why)
+			}
+		}
 	}
 
 	// A latency goal the floor misses: out of reach; a framework faster
@@ -486,6 +516,38 @@ func TestRatioMissSplitsLatency(t *testing.T) {
 
 // TestParseProcStat: busy counts everything but idle and iowait (steal
 // included), guest time is not counted twice, and steal is reported.
+func TestIsJITThread(t *testing.T) {
+	for comm, want := range map[string]bool{
+		"C2 CompilerThre\n": true, "C1 CompilerThre": true, "C2 CompilerThre": true,
+		"GC Thread#0\n": false, "MutationStage-1": false, "java": false, "": false,
+	} {
+		if got := isJITThread(comm); got != want {
+			t.Errorf("isJITThread(%q) = %v", comm, got)
+		}
+	}
+}
+
+// --warm-services warms with the first cell that loads both servers.
+func TestWarmCell(t *testing.T) {
+	cells := matrix()
+	for _, tc := range []struct {
+		kafka, cassandra, want string
+	}{
+		{"k:9092", "c:9042", "cassandra-relaxed-c1"},
+		{"k:9092", "", "kafka-memory-c1"},
+		{"", "", ""},
+	} {
+		spec, ok := warmCell(options{kafka: tc.kafka, cassandra: tc.cassandra}, cells)
+		if ok != (tc.want != "") || spec.Name != tc.want {
+			t.Errorf("kafka %q cassandra %q: %q %v, want %q", tc.kafka, tc.cassandra, spec.Name, ok, tc.want)
+		}
+	}
+	only, _ := selectCells(matrix(), "kafka-*-c64,cassandra-strict-c64")
+	if spec, _ := warmCell(options{kafka: "k", cassandra: "c"}, only); spec.Name != "cassandra-strict-c64" {
+		t.Errorf("selected cells: warmed with %q, want cassandra-strict-c64", spec.Name)
+	}
+}
+
 func TestParseProcStat(t *testing.T) {
 	stat := "cpu  100 5 50 800 20 3 2 40 30 1\ncpu0 50 2 25 400 10 1 1 20 15 0\n"
 	busy, total, steal, ok := parseProcStat(stat)

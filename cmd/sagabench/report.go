@@ -29,11 +29,14 @@ type report struct {
 	Keyspace      string `json:"keyspace,omitempty"` // the Cassandra cells' (with --fresh, the run's own, dropped at the end)
 	// KeyspaceLeft, with --fresh, says why the run's keyspace could not be
 	// dropped (empty when it was).
-	KeyspaceLeft string        `json:"keyspace_left,omitempty"`
-	LoadStart    [3]float64    `json:"load_start"`
-	LoadEnd      [3]float64    `json:"load_end"`
-	Cells        []*cellResult `json:"cells"`
-	Targets      []target      `json:"targets"`
+	KeyspaceLeft string `json:"keyspace_left,omitempty"`
+	// ServicesWarmup is what --warm-services ran before the cells (nil
+	// without it).
+	ServicesWarmup *servicesWarmup `json:"services_warmup,omitempty"`
+	LoadStart      [3]float64      `json:"load_start"`
+	LoadEnd        [3]float64      `json:"load_end"`
+	Cells          []*cellResult   `json:"cells"`
+	Targets        []target        `json:"targets"`
 }
 
 // cellResult is one row.
@@ -93,7 +96,7 @@ func (r *report) writeJSON(w io.Writer) error {
 
 // tableHeader names the table's columns.
 var tableHeader = []string{
-	"cell", "sagas/s", "p50_ms", "p99_ms", "max_ms", "mean_ms", "rt/saga", "r/w/lwt/batch", "cpu_ms/saga", "kafka_cpu", "cql_cpu",
+	"cell", "sagas/s", "p50_ms", "p99_ms", "max_ms", "mean_ms", "rt/saga", "r/w/lwt/batch", "cpu_ms/saga", "kafka_cpu", "cql_cpu", "jit%",
 	"floor/s", "floor_p50", "floor_mean", "ratio", "floor_kafka/s", "floor_stmts/s", "produce_ms", "box_cpu%", "steal%", "load1",
 }
 
@@ -119,7 +122,7 @@ func (r *report) rows() [][]string {
 		} else {
 			row = append(row, "-", "-")
 		}
-		row = append(row, num(f.CPUPerSaga, 2), opt(f.KafkaCPUPerSaga, 2), opt(f.CassandraCPUPerSaga, 2))
+		row = append(row, num(f.CPUPerSaga, 2), opt(f.KafkaCPUPerSaga, 2), opt(f.CassandraCPUPerSaga, 2), opt(f.ServicesJITPct, 0))
 		if fl := c.Floor; fl != nil {
 			row = append(row, num(fl.Rate, 1), num(fl.P50, 1), num(fl.Mean, 1), num(c.Ratio, 2))
 		} else {
@@ -178,7 +181,9 @@ func notes(rounds int, noFloor bool) []string {
 		"kinds and batch sizes, spread over the saga's 7 stages, a stage's statements at once), issued by a minimal loop without",
 		"the framework at the same concurrency; floor_kafka/s and floor_stmts/s are its two halves alone, run once. cpu_ms/saga",
 		"is this process (embedded cells include the in-process broker); kafka_cpu and cql_cpu are the local broker's and",
-		"Cassandra's CPU ms per saga (any other client's load on them included); produce_ms is the mean Kafka produce round",
+		"Cassandra's CPU ms per saga (any other client's load on them included); jit% is the part of those two that their JVMs'",
+		"JIT compilers took: over a few percent the servers were still warming up, so their CPU per saga and the rates are not",
+		"yet what they will be (a freshly started pair takes tens of thousands of sagas; see --warm-services); produce_ms is the mean Kafka produce round",
 		"trip, framework/floor, from request queued to response read; box_cpu% is the whole machine during the framework run;",
 		"steal% is the part of it a hypervisor gave to other guests (rates swing with it on a shared VM, CPU per saga less);",
 		"load1 is the load average at the cell's end.",
@@ -189,6 +194,18 @@ func notes(rounds int, noFloor bool) []string {
 func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "sagabench: %d sagas per cell (+%d warm-up), %d CPUs, GOMAXPROCS %d, load average %.2f %.2f %.2f at start, %.2f %.2f %.2f at end\n",
 		r.Sagas, r.Warmup, r.NumCPU, r.GOMAXPROCS, r.LoadStart[0], r.LoadStart[1], r.LoadStart[2], r.LoadEnd[0], r.LoadEnd[1], r.LoadEnd[2])
+	if sw := r.ServicesWarmup; sw != nil {
+		shares := make([]string, len(sw.JITPct))
+		for i, v := range sw.JITPct {
+			shares[i] = opt(v, 0) + "%"
+		}
+		state := "warm"
+		if !sw.Warm {
+			state = fmt.Sprintf("not yet warm (%d%% or more)", warmJITPct)
+		}
+		fmt.Fprintf(w, "sagabench: servers warmed with %d sagas of %s first; their JIT compilers' share of their CPU by chunk of %d sagas: %s, %s\n",
+			sw.Sagas, sw.Cell, warmChunk, strings.Join(shares, " "), state)
+	}
 	if r.KafkaSecurity != "" || r.CassandraTLS {
 		var sec []string
 		if r.KafkaSecurity != "" {

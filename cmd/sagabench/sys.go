@@ -36,6 +36,12 @@ type measure struct {
 	// embedded broker, whose CPU is this process's).
 	KafkaCPUPerSaga     float64 `json:"kafka_cpu_ms_per_saga"`
 	CassandraCPUPerSaga float64 `json:"cassandra_cpu_ms_per_saga"`
+	// ServicesJITPct is the share of those servers' CPU time during the
+	// phase that their JVMs' JIT compiler threads took, in percent (-1
+	// when unknown). A freshly started broker or Cassandra compiles for
+	// tens of thousands of sagas; while it does, the phase measures the
+	// compiler as much as the saga (see warmed).
+	ServicesJITPct float64 `json:"services_jit_pct"`
 	// ProduceMs is the mean round trip of the phase's Kafka produce
 	// requests, in milliseconds (produceClock; 0 when none was timed).
 	ProduceMs float64 `json:"produce_ms,omitempty"`
@@ -48,7 +54,7 @@ type meter struct {
 	cpu0               time.Duration
 	busy0, all, steal0 uint64
 	boxOK              bool
-	svc0               map[string]time.Duration
+	svc0               map[string]svcCPU
 }
 
 func startMeter() *meter {
@@ -62,16 +68,22 @@ func (m *meter) stop(lat []time.Duration) measure {
 	elapsed := time.Since(m.t0)
 	cpu := processCPU() - m.cpu0
 	svc := serviceCPU()
-	out := measure{Sagas: len(lat), Seconds: elapsed.Seconds(), BoxCPU: -1, StealPct: -1, KafkaCPUPerSaga: -1, CassandraCPUPerSaga: -1}
+	out := measure{Sagas: len(lat), Seconds: elapsed.Seconds(), BoxCPU: -1, StealPct: -1, KafkaCPUPerSaga: -1, CassandraCPUPerSaga: -1, ServicesJITPct: -1}
 	if len(lat) == 0 {
 		return out
 	}
+	var all, jit time.Duration
 	for name, dst := range map[string]*float64{"kafka": &out.KafkaCPUPerSaga, "cassandra": &out.CassandraCPUPerSaga} {
 		if t0, ok := m.svc0[name]; ok {
-			if t1, ok := svc[name]; ok && t1 >= t0 {
-				*dst = ms(t1-t0) / float64(len(lat))
+			if t1, ok := svc[name]; ok && t1.total >= t0.total {
+				*dst = ms(t1.total-t0.total) / float64(len(lat))
+				all += t1.total - t0.total
+				jit += max(t1.jit-t0.jit, 0) // a compiler thread that ended takes its time with it
 			}
 		}
+	}
+	if all > 0 {
+		out.ServicesJITPct = 100 * min(float64(jit)/float64(all), 1)
 	}
 	out.Rate = float64(len(lat)) / elapsed.Seconds()
 	out.CPUPerSaga = ms(cpu) / float64(len(lat))
@@ -157,10 +169,14 @@ var services = map[string]string{"kafka": "kafka.Kafka", "cassandra": "org.apach
 // clockTick is the unit of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
 const clockTick = 10 * time.Millisecond
 
+// svcCPU is a local server's CPU time so far, and the part of it that its
+// JVM's JIT compiler threads took.
+type svcCPU struct{ total, jit time.Duration }
+
 // serviceCPU returns the CPU time so far of the local Kafka broker and
 // Cassandra processes it finds in /proc (none elsewhere).
-func serviceCPU() map[string]time.Duration {
-	out := make(map[string]time.Duration)
+func serviceCPU() map[string]svcCPU {
+	out := make(map[string]svcCPU)
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
 		return out
@@ -178,17 +194,49 @@ func serviceCPU() map[string]time.Duration {
 			if !strings.Contains(string(cmd), marker) {
 				continue
 			}
-			if t, ok := procCPU(pid); ok {
-				out[name] += t
+			if t, ok := statCPU("/proc/" + pid + "/stat"); ok {
+				c := out[name]
+				c.total += t
+				c.jit += jitCPU(pid)
+				out[name] = c
 			}
 		}
 	}
 	return out
 }
 
-// procCPU reads a process's user+system time from /proc/<pid>/stat.
-func procCPU(pid string) (time.Duration, bool) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
+// jitCPU sums the CPU time of a JVM's JIT compiler threads: HotSpot names
+// them "C1 CompilerThread<n>" and "C2 CompilerThread<n>" (a thread's comm
+// is cut at 15 bytes).
+func jitCPU(pid string) time.Duration {
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		dir := "/proc/" + pid + "/task/" + t.Name()
+		comm, err := os.ReadFile(dir + "/comm")
+		if err != nil || !isJITThread(string(comm)) {
+			continue
+		}
+		if c, ok := statCPU(dir + "/stat"); ok {
+			sum += c
+		}
+	}
+	return sum
+}
+
+// isJITThread says whether a thread's comm names a JIT compiler thread.
+func isJITThread(comm string) bool {
+	c := strings.TrimSpace(comm)
+	return strings.HasPrefix(c, "C1 CompilerThre") || strings.HasPrefix(c, "C2 CompilerThre")
+}
+
+// statCPU reads a process's or thread's user+system time from its stat
+// file (/proc/<pid>/stat, /proc/<pid>/task/<tid>/stat).
+func statCPU(path string) (time.Duration, bool) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}

@@ -146,8 +146,8 @@ func whyRatioMissed(c *cellResult) string {
 	cpu := fmt.Sprintf("spends %s cpu-ms per saga against the floor's %s", num(fw.CPUPerSaga, 2), num(fl.CPUPerSaga, 2))
 	if c.Concurrency != 1 || fw.ProduceMs <= 0 || fl.ProduceMs <= 0 {
 		return fmt.Sprintf("the framework adds %s ms to the floor's %s ms median and %s: "+
-			"that is the framework's own work on the same hops and statements (envelopes, state, guards, commits)",
-			num(fw.P50-fl.P50, 1), num(fl.P50, 1), cpu)
+			"that is the framework's own work on the same hops and statements (envelopes, state, guards, commits)%s",
+			num(fw.P50-fl.P50, 1), num(fl.P50, 1), cpu, stillWarming(fw))
 	}
 	gap := fw.Mean - fl.Mean
 	inProduce := 2 * steps * (fw.ProduceMs - fl.ProduceMs)
@@ -212,10 +212,22 @@ func whyMissed(c *cellResult, g goal) string {
 	if c.Framework.BoxCPU >= 0 {
 		fmt.Fprintf(&b, "; the machine's CPUs were %s%% busy during the framework run (brokers, database and this process share them)", num(c.Framework.BoxCPU, 0))
 	}
+	b.WriteString(stillWarming(c.Framework))
 	if limit, how := cpuBound(*fl, cpus); limit > 0 && !g.latency {
 		fmt.Fprintf(&b, "; the floor costs %s, so %d CPUs allow at most %s sagas/s with nothing else running", how, cpus, num(limit, 0))
 	}
 	return b.String()
+}
+
+// stillWarming is the clause a verdict gets when the servers' JIT
+// compilers took warmJITPct or more of their CPU during m: the servers
+// were still warming up, so m measures their compilers too.
+func stillWarming(m measure) string {
+	if m.ServicesJITPct < warmJITPct {
+		return ""
+	}
+	return fmt.Sprintf("; the broker's and Cassandra's JIT compilers took %s%% of their CPU during the framework run: they were still warming up "+
+		"(a freshly started pair compiles for tens of thousands of sagas), so rerun with --warm-services to measure them warm", num(m.ServicesJITPct, 0))
 }
 
 // cpus is the machine's CPU count, for the CPU-bound limit.
