@@ -40,7 +40,7 @@ type measure struct {
 	// phase that their JVMs' JIT compiler threads took, in percent (-1
 	// when unknown). A freshly started broker or Cassandra compiles for
 	// tens of thousands of sagas; while it does, the phase measures the
-	// compiler as much as the saga (see warmed).
+	// compiler as much as the saga (see warm.go).
 	ServicesJITPct float64 `json:"services_jit_pct"`
 	// ProduceMs is the mean round trip of the phase's Kafka produce
 	// requests, in milliseconds (produceClock; 0 when none was timed).
