@@ -43,6 +43,12 @@ const (
 	// MaxLookbackDays keeps one ListDays call within the store's span
 	// limit (eventstore.MaxListDaysYears).
 	MaxLookbackDays = 1000
+	// MaxBucketSize bounds bucket-size by Cassandra's default
+	// tombstone_failure_threshold (100000): restore watchdogs are deleted
+	// one by one as their sagas end, so a restore scan of a bucket whose
+	// sagas all ended reads up to bucket-size row tombstones in one query,
+	// and Cassandra fails a read that scans more than the threshold.
+	MaxBucketSize = 100_000
 	// MaxDelay bounds every delay as a duration (delay × interval).
 	MaxDelay = 366 * 24 * time.Hour
 )
@@ -106,7 +112,8 @@ type Config struct {
 	// minute for tests and demos, whole seconds dividing 60s). Default 1m.
 	Interval time.Duration
 	// BucketSize is the number of rows after which an instance moves to
-	// its next bucket of a window (bucket-size). Default 50000.
+	// its next bucket of a window (bucket-size). Default 50000, at most
+	// MaxBucketSize.
 	BucketSize int
 	// Concurrency bounds the re-drives a retry node runs at once
 	// (concurrency). Default 100.
@@ -238,7 +245,9 @@ func (c Config) check(p *yamlconfig.Problems, intervalKey string) {
 			p.Add(key, "must be at least %d, got %d", lo, v)
 		}
 	}
-	atLeast(keyBucketSize, c.BucketSize, 1)
+	if c.BucketSize < 1 || c.BucketSize > MaxBucketSize {
+		p.Add(keyBucketSize, "must be 1..%d (a restore scan of a bucket reads up to bucket-size tombstones; Cassandra fails a read past tombstone_failure_threshold, 100000 by default), got %d", MaxBucketSize, c.BucketSize)
+	}
 	atLeast(keyConcurrency, c.Concurrency, 1)
 	atLeast(keyPageSize, c.PageSize, 1)
 	if c.LookbackDays < 0 || c.LookbackDays > MaxLookbackDays {

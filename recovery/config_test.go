@@ -240,7 +240,7 @@ stacksaga:
           order-saga:
             delay-windows: abc
 `, nil, []string{
-			p + "recovery.bucket-size: must be at least 1, got 0",
+			p + "recovery.bucket-size: must be 1..100000 (a restore scan",
 			p + "recovery.concurrency: must be at least 1, got -3",
 			p + "recovery.lookback-days: must be 0..1000, got 5000",
 			p + "recovery.page-size: not an integer",
@@ -253,6 +253,8 @@ stacksaga:
 			p + "recovery.restore.domains.order-saga.delay-windows: not an integer",
 			p + "transaction-lifetime: must be positive",
 		}},
+		{"bucket beyond the tombstone threshold", "stacksaga:\n  cassandra:\n    recovery:\n      bucket-size: 100001\n", nil,
+			[]string{p + "recovery.bucket-size: must be 1..100000 (a restore scan of a bucket reads up to bucket-size tombstones; Cassandra fails a read past tombstone_failure_threshold, 100000 by default), got 100001"}},
 		{"delay too far for the interval", "stacksaga:\n  cassandra:\n    recovery:\n      window-interval-minutes: 1440\n      restore:\n        domains:\n          default:\n            delay-windows: 400\n", nil,
 			[]string{p + "recovery.restore.domains.default.delay-windows: 400 windows of 24h0m0s reach beyond"}},
 		{"bad environment", "", map[string]string{EnvBucketSize: "many", EnvInterval: "7s", EnvTransactionLifetime: "soon", EnvRetryJitter: "x"}, []string{
