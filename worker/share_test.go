@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,13 +19,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+	"github.com/vmihailenco/msgpack/v5"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/internal/metrictest"
 	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
 )
 
 // Share-group workers on real Kafka: transient failures are released and
@@ -400,5 +404,73 @@ func TestShareLongStepKeepsItsLock(t *testing.T) {
 	defer e.mu.Unlock()
 	if len(e.replies) != 1 {
 		t.Errorf("%d replies, want 1", len(e.replies))
+	}
+}
+
+// An accept that comes after its record's acquisition lock ended is
+// refused by a real broker: the worker logs it at Warn and counts it
+// (telemetry.MetricKafkaShareAckFailures), the broker delivers the command
+// again, and a STRICT guard answers the redelivery with the recorded reply
+// instead of running the step a second time. The worker cannot renew the
+// lock here (its client caps ShareAcknowledge at v1), and it does not poll
+// while the slow step runs, so the record sits available, acquired by
+// nobody, when the accept reaches the broker.
+func TestShareLateAcceptFailsAndIsCounted(t *testing.T) {
+	const lock = time.Second // scripts/services lets a group go down to 1s
+	e := newRealKafkaPartitions(t, 1)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	cfg := writeprotect.DefaultConfig()
+	cfg.DefaultMode = writeprotect.Strict
+	g, err := writeprotect.New(memory.New(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped := kversion.Stable()
+	capped.SetMaxKeyVersion(int16(kmsg.ShareAcknowledge), 1)
+	var logs syncBuffer
+	w := e.newWorker(worker.WithGroupType(topics.GroupShare), worker.WithGuard(g), worker.WithMeterProvider(mp),
+		worker.WithShareSettings(topics.ShareSettings{RecordLock: lock}), worker.WithKafkaOpts(kgo.MaxVersions(capped)),
+		worker.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	var runs atomic.Int32
+	if err := worker.Register(w, worker.Endpoint[Order]{
+		Name: "slow",
+		Process: func(_ context.Context, _ *worker.Step, o Order) (Order, error) {
+			runs.Add(1)
+			time.Sleep(3 * lock) // the lock ends meanwhile: nothing renews it
+			o.Charged = true
+			return o, nil
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.start(w)
+	e.send(e.cmd("t-late", "slow", 0, topics.KindProcess, Order{ID: "late", Amount: 1}))
+	// The first reply comes from the run; the second, after the refused
+	// accept and the redelivery, from the guard's record of that run.
+	e.waitFor("the run's reply and the recorded one", func(rs []*topics.Envelope, _ []*kgo.Record) bool { return len(rs) >= 2 })
+	e.mu.Lock()
+	for i, r := range e.replies {
+		var o Order
+		if err := msgpack.Unmarshal(r.Payload, &o); err != nil || r.TxID != "t-late" || r.Outcome != topics.OutcomeOK || !o.Charged {
+			t.Errorf("reply %d: %s %s %+v (%v), want t-late ok with the run's payload (charged)", i, r.TxID, r.Outcome, o, err)
+		}
+	}
+	e.mu.Unlock()
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the slow step ran %d times, want once: the redelivery gets the recorded reply", n)
+	}
+	client := attribute.String("messaging.client.id", "stacksaga-worker-"+e.service)
+	refused := attribute.String("error.type", "INVALID_RECORD_STATE")
+	var failed float64
+	waitForCond(t, "the refused accept counted", func() bool {
+		failed = metrictest.Total(metrictest.Collect(t, reader)[telemetry.MetricKafkaShareAckFailures], client,
+			attribute.String("messaging.destination.name", e.command), refused)
+		return failed >= 1
+	})
+	got := logs.String()
+	if !strings.Contains(got, "kafkaloop: share acknowledgements failed") || !strings.Contains(got, "topic="+e.command) ||
+		!strings.Contains(got, "INVALID_RECORD_STATE") || !strings.Contains(got, "is delivered again") {
+		t.Errorf("logged %q, want the refused accept at Warn with its topic, error and effect", got)
 	}
 }
