@@ -606,6 +606,9 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		stmts0 = cass.Stats()
 	}
 	mem := &memSampler{}
+	if !opts.quiet {
+		mem.baseline()
+	}
 	start := time.Now()
 	deadline := time.NewTimer(opts.timeout)
 	defer deadline.Stop()
@@ -748,6 +751,7 @@ loop:
 		out.staleRepl = o.Stats().StaleReplies
 	}
 	if !opts.quiet {
+		mem.retained(out.sagas - out.stuck)
 		fmt.Fprintln(stderr, mem.String())
 	}
 	if opts.afterRun != nil {
@@ -855,15 +859,37 @@ func (f *firstError) get() error {
 	return nil
 }
 
-// memSampler keeps the heap in use at the largest number of sagas in
-// flight seen, to report the orchestrator's memory per in-flight saga.
+// memSampler reports the process's heap: in use when the sagas in flight
+// first reached their peak (per in-flight saga), and what the run left
+// behind once every saga ended (per saga): the live heap after a
+// collection, less the live heap before the first saga. The in-memory
+// store keeps every saga's rows and markers and the in-process broker every
+// record, so on the embedded default the heap grows with every saga; on
+// Cassandra and a real broker the retained share should stay near zero.
 type memSampler struct {
 	peak     int
 	heapPeak uint64
+	base     uint64 // live heap before the first saga (after a collection)
+	left     uint64 // live heap after the run (after a collection)
+	ended    int    // sagas that ended
 }
 
+// liveHeap collects garbage and returns the bytes of live heap objects.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// baseline records the live heap before the first saga.
+func (m *memSampler) baseline() { m.base = liveHeap() }
+
+// retained records the live heap after the run, in which ended sagas ended.
+func (m *memSampler) retained(ended int) { m.left, m.ended = liveHeap(), ended }
+
 func (m *memSampler) sample(inFlight int) {
-	if inFlight < m.peak || inFlight == 0 {
+	if inFlight <= m.peak || inFlight == 0 {
 		return
 	}
 	var ms runtime.MemStats
@@ -875,8 +901,13 @@ func (m *memSampler) String() string {
 	if m.peak == 0 {
 		return "memory: no sample"
 	}
-	return fmt.Sprintf("memory: in_flight_peak=%d heap_in_use=%.1fMiB per_in_flight_saga=%.1fKiB (whole process: store, broker, workers included)",
+	s := fmt.Sprintf("memory: in_flight_peak=%d heap_in_use=%.1fMiB per_in_flight_saga=%.1fKiB",
 		m.peak, float64(m.heapPeak)/(1<<20), float64(m.heapPeak)/1024/float64(m.peak))
+	if m.ended > 0 {
+		left := float64(m.left) - float64(m.base) // a collection may free what the baseline held
+		s += fmt.Sprintf(" retained=%.1fMiB retained_per_saga=%.2fKiB", left/(1<<20), left/1024/float64(m.ended))
+	}
+	return s + " (whole process: store, broker, workers included)"
 }
 
 // execKey names one business step execution.
