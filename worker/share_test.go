@@ -462,11 +462,9 @@ func TestShareLateAcceptFailsAndIsCounted(t *testing.T) {
 	}
 	client := attribute.String("messaging.client.id", "stacksaga-worker-"+e.service)
 	refused := attribute.String("error.type", "INVALID_RECORD_STATE")
-	var failed float64
 	waitForCond(t, "the refused accept counted", func() bool {
-		failed = metrictest.Total(metrictest.Collect(t, reader)[telemetry.MetricKafkaShareAckFailures], client,
-			attribute.String("messaging.destination.name", e.command), refused)
-		return failed >= 1
+		return metrictest.Total(metrictest.Collect(t, reader)[telemetry.MetricKafkaShareAckFailures], client,
+			attribute.String("messaging.destination.name", e.command), refused) >= 1
 	})
 	got := logs.String()
 	if !strings.Contains(got, "kafkaloop: share acknowledgements failed") || !strings.Contains(got, "topic="+e.command) ||
