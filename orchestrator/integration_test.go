@@ -35,8 +35,13 @@ type rig struct {
 	svcPay   string
 	store    eventstore.Store
 
-	// guarded gives the workers a RELAXED_WITH_DEDUP guard on the store.
-	guarded    bool
+	// guarded gives the workers a guard on the store, in guardMode
+	// (RELAXED_WITH_DEDUP when empty).
+	guarded   bool
+	guardMode writeprotect.Mode
+	// lean gives the workers handlers that keep nothing (a memory check's):
+	// the order whose ID ends in 0 fails at ship, the rest pass through.
+	lean       bool
 	failShip   atomic.Bool
 	failRefund atomic.Bool
 	slowPay    atomic.Int64 // handler delay in ms
@@ -170,6 +175,14 @@ func (r *rig) record(s *worker.Step) {
 }
 
 func (r *rig) handler(name string) func(context.Context, *worker.Step, order) (order, error) {
+	if r.lean {
+		return func(_ context.Context, s *worker.Step, in order) (order, error) {
+			if name == "ship" && s.Kind == topics.KindProcess && strings.HasSuffix(in.ID, "0") {
+				return in, worker.NonRetryable(errors.New("cannot ship"))
+			}
+			return in, nil
+		}
+	}
 	return func(_ context.Context, s *worker.Step, in order) (order, error) {
 		r.record(s)
 		r.mu.Lock()
@@ -216,7 +229,11 @@ func (r *rig) startWorker(service string, opts ...worker.Option) (stop func()) {
 	r.t.Helper()
 	wopts := []worker.Option{worker.WithBrokers(r.brokers...), worker.WithKafkaOpts(r.kopts...)}
 	if r.guarded {
-		g, err := writeprotect.New(r.store, writeprotect.DefaultConfig(), writeprotect.WithOwner(service))
+		cfg := writeprotect.DefaultConfig()
+		if r.guardMode != "" {
+			cfg.DefaultMode = r.guardMode
+		}
+		g, err := writeprotect.New(r.store, cfg, writeprotect.WithOwner(service))
 		if err != nil {
 			r.t.Fatal(err)
 		}

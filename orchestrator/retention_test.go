@@ -2,16 +2,11 @@ package orchestrator_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/orchestrator"
-	"github.com/stacksaga-go/stacksaga/topics"
-	"github.com/stacksaga-go/stacksaga/worker"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
 )
 
@@ -36,9 +31,9 @@ func TestCassandraEndedSagasRetainNothing(t *testing.T) {
 	for _, mode := range []writeprotect.Mode{writeprotect.RelaxedWithDedup, writeprotect.Strict} {
 		t.Run(string(mode), func(t *testing.T) {
 			r := newRig(t, "cassandra")
-			for _, svc := range []string{r.svcStock, r.svcPay} {
-				startLeanWorker(t, r, svc, mode)
-			}
+			r.guarded, r.guardMode, r.lean = true, mode, true
+			r.startWorker(r.svcStock)
+			r.startWorker(r.svcPay)
 			o, _ := r.startOrchestrator(orchestrator.WithRetryNode())
 			var total int64
 			// Sagas start in waves, each ending before the next begins: the
@@ -74,51 +69,6 @@ func TestCassandraEndedSagasRetainNothing(t *testing.T) {
 			}
 		})
 	}
-}
-
-// startLeanWorker runs a worker for svc on r's topics and store, guarded in
-// mode, whose handlers keep nothing (unlike the rig's, which record every
-// call): the order whose ID ends in 0 fails at ship, so one saga in ten
-// compensates.
-func startLeanWorker(t *testing.T, r *rig, svc string, mode writeprotect.Mode) {
-	t.Helper()
-	g, err := writeprotect.New(r.store, writeprotect.Config{DefaultMode: mode}, writeprotect.WithOwner(svc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := worker.New(svc, worker.WithBrokers(r.brokers...), worker.WithGuard(g))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eps := []string{"charge"}
-	if svc == r.svcStock {
-		eps = []string{"reserve", "ship"}
-	}
-	for _, ep := range eps {
-		h := func(_ context.Context, s *worker.Step, in order) (order, error) {
-			if s.Endpoint == "ship" && s.Kind == topics.KindProcess && strings.HasSuffix(in.ID, "0") {
-				return in, worker.NonRetryable(errors.New("cannot ship"))
-			}
-			return in, nil
-		}
-		if err := worker.Register(w, worker.Endpoint[order]{Name: ep, Process: h, Revert: h}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-w.Running():
-	case err := <-done:
-		t.Fatalf("worker %s: %v", svc, err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker %s Run: %v", svc, err)
-		}
-	})
 }
 
 // settledLiveHeap returns the smallest live heap (after a collection) and
