@@ -8,26 +8,32 @@ TEST_FLAGS   ?=
 STATICCHECK  ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SERVICES     := scripts/services
 
-.PHONY: help test test-short lint demo services-up services-down services-wipe services-status services-logs
+.PHONY: help setup test test-short lint demo services-up services-down services-wipe services-status services-logs
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-# test: uses KAFKA_BROKERS and CASSANDRA_HOSTS when both are set (e.g. docker
-# compose); otherwise starts the local servers with scripts/services (a no-op
-# when they already run) and exports their endpoints, the TLS ones included.
+# test: first runs scripts/setup, which installs from Debian's packages whatever
+# the suite needs and the machine lacks (JDK 17 + Maven for the local servers,
+# Chromium for the Trace Window's browser test), or stops at once naming the
+# command that installs it. Then it uses KAFKA_BROKERS and CASSANDRA_HOSTS when
+# both are set (e.g. docker compose); otherwise starts the local servers with
+# scripts/services (a no-op when they already run) and exports their endpoints,
+# the TLS ones included.
 # STACKSAGA_REQUIRE_SERVICES=1 turns any test that would skip for lack of a
 # service into a failure: with endpoints of servers that have no TLS listeners
 # (docker compose), add TEST_FLAGS='-skip OverTLS'.
-test: ## start services if needed, then go test -race over the whole module
+test: ## install what is missing, start services if needed, then go test -race over the whole module
 	@set -e; \
 	if [ -n "$$KAFKA_BROKERS" ] && [ -n "$$CASSANDRA_HOSTS" ]; then \
+		scripts/setup --no-services; \
 		echo "make test: using KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS"; \
 		if [ -z "$$CASSANDRA_TLS_HOSTS" ] || [ -z "$$KAFKA_SASL_SSL_BROKERS" ]; then \
 			echo "make test: note: no TLS endpoints (CASSANDRA_TLS_HOSTS, KAFKA_SASL_SSL_BROKERS): the OverTLS tests will fail;" \
 				"for servers without TLS listeners (docker compose) add TEST_FLAGS='-skip OverTLS'"; \
 		fi; \
 	else \
+		scripts/setup; \
 		$(SERVICES) up >/dev/null; \
 		eval "$$($(SERVICES) env)"; \
 	fi; \
@@ -38,6 +44,9 @@ test: ## start services if needed, then go test -race over the whole module
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS) || rc=$$?; \
 	echo "make test: PHASE tests: $$(( $$(date +%s) - start ))s (exit $$rc)"; \
 	exit $$rc
+
+setup: ## install from Debian's packages what make test needs and the machine lacks
+	scripts/setup
 
 test-short: ## unit tests only: no services, no -race (skips what needs Kafka/Cassandra)
 	$(GO) test -count=1 -short $(PKGS)
