@@ -195,7 +195,7 @@ func TestTLSProblemsNameTheirKeys(t *testing.T) {
 				t.Fatalf("Validate: %v, want ErrInvalidConfig naming stacksaga.cassandra.%s and saying %q", err, tc.key, tc.says)
 			}
 			// New fails the same way, before it connects anywhere.
-			cfg.ContactPoints = []string{"192.0.2.1:9042"} // TEST-NET-1: nothing answers
+			cfg.ContactPoints = []string{testenv.ClosedAddr(t)} // a closed loopback port: nothing answers
 			if _, err := New(t.Context(), cfg); !errors.Is(err, ErrInvalidConfig) {
 				t.Fatalf("New: %v, want ErrInvalidConfig", err)
 			}

@@ -475,3 +475,20 @@ func Long(t testing.TB, what string) {
 		t.Skipf("testenv: skipping under -short: %s", what)
 	}
 }
+
+// ClosedAddr returns a loopback address ("127.0.0.1:port") on which nothing
+// listens: a port the kernel handed out and this process closed again. Tests
+// use it for an address that must not answer, so that no traffic ever leaves
+// the machine.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: reserve a loopback port: %v", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("testenv: close %s: %v", addr, err)
+	}
+	return addr
+}

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 var validName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
@@ -93,5 +94,16 @@ func TestMissingSkipsOrFails(t *testing.T) {
 func TestCheckReachable(t *testing.T) {
 	if err := checkReachable([]string{"127.0.0.1:1"}, 0); err == nil {
 		t.Fatal("checkReachable of a closed port succeeded")
+	}
+}
+
+// ClosedAddr is on loopback and refuses connections.
+func TestClosedAddr(t *testing.T) {
+	addr := ClosedAddr(t)
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("ClosedAddr = %q, want a 127.0.0.1 address", addr)
+	}
+	if err := checkReachable([]string{addr}, time.Second); err == nil {
+		t.Fatalf("ClosedAddr %s accepts connections", addr)
 	}
 }
