@@ -1,0 +1,102 @@
+package mdlint
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRepositoryMarkdown lints README.md and every Markdown file under docs/:
+// fences close, relative links and anchors resolve, headings are unique.
+func TestRepositoryMarkdown(t *testing.T) {
+	root := filepath.Join("..", "..")
+	files := []string{filepath.Join(root, "README.md")}
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".md") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	problems, err := Check(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// TestCheckFindsEachProblem plants one of each problem and a clean twin.
+func TestCheckFindsEachProblem(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("other.md", "# Other\n\n## Part two\n")
+	write("pic.png", "png")
+	bad := write("bad.md", strings.Join([]string{
+		"# Title",
+		"",
+		"```sh",
+		"echo hi",
+		"``` The text after the fence",
+		"## Swallowed heading",
+		"```",
+		"",
+		"## Same",
+		"## Same",
+		"[ok](#title) [gone](#nowhere) [file](missing.md) [pic](pic.png)",
+		"[other](other.md#part-two) [other-bad](other.md#part-three) [web](https://example.invalid/x)",
+		"`[in code](#nowhere)`",
+		"```go",
+		"never closed",
+	}, "\n"))
+	problems, err := Check(bad, filepath.Join(dir, "other.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range problems {
+		got = append(got, p.String())
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{
+		`bad.md:5: fence line with text after it ("The text after the fence") does not close the fence opened at line 3`,
+		"bad.md:14: code fence never closed",
+		"bad.md:10: heading anchor #same repeats the heading at line 9",
+		"bad.md:11: link to #nowhere: no heading has that anchor",
+		"bad.md:11: link to missing.md:",
+		"bad.md:12: link to other.md#part-three: other.md has no heading with anchor #part-three",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("missing problem %q in:\n%s", want, all)
+		}
+	}
+	if len(got) != 6 {
+		t.Errorf("got %d problems, want 6:\n%s", len(got), all)
+	}
+}
+
+func TestAnchor(t *testing.T) {
+	for in, want := range map[string]string{
+		"The Cassandra event store and write protection": "the-cassandra-event-store-and-write-protection",
+		"`sagatest`: the harness":                        "sagatest-the-harness",
+		"Pause/resume (STRICT)":                          "pauseresume-strict",
+		"See [the docs](docs/x.md) now":                  "see-the-docs-now",
+	} {
+		if got := Anchor(in); got != want {
+			t.Errorf("Anchor(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
