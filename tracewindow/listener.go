@@ -9,7 +9,7 @@ import (
 // change of the orchestrator's sagas in idx; scope must be the
 // orchestrator's (region, cluster, service):
 //
-//	idx := tracewindow.NewMemoryIndex()
+//	idx := tracewindow.NewMemoryIndex(0) // 0: DefaultMemoryEntries
 //	o, err := orchestrator.New(service, domain,
 //		orchestrator.WithListener(tracewindow.Listener(idx, scope)), ...)
 //
