@@ -49,7 +49,6 @@ stacksaga:
     connector:
       target-master:
         host: coordinator-0.coordinator
-  other: ignored
 `
 	c, err := LoadConfigWithEnv([]byte(doc), env(map[string]string{
 		"STACKSAGA_INSTANCE_CLUSTER":            "us-central-c2",

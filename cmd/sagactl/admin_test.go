@@ -107,6 +107,19 @@ func TestAdminRuntimeErrors(t *testing.T) {
 		t.Errorf("invalid recovery config: exit %d", code)
 	}
 	oneLineErr(t, args, errOut, "window-interval-minutes")
+
+	// A misspelt key of the instance block fails naming it, instead of being
+	// ignored (the scope would silently fall back to its defaults).
+	misspelt := filepath.Join(t.TempDir(), "misspelt.yaml")
+	if err := os.WriteFile(misspelt, []byte("stacksaga:\n  instance:\n    servcie: order-service\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args = []string{"show", "tx", "--config", misspelt}
+	code, _, errOut = sagactl(t, args...)
+	if code == 0 {
+		t.Errorf("misspelt instance key: exit %d", code)
+	}
+	oneLineErr(t, args, errOut, "stacksaga.instance.servcie (line 3): unknown configuration key (did you mean \"service\"?)")
 }
 
 // adminRig is a keyspace with the schema applied by sagactl and a store on

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 )
 
 // TestRepositoryMarkdown lints README.md and every Markdown file under docs/:
@@ -99,4 +101,54 @@ func TestAnchor(t *testing.T) {
 			t.Errorf("Anchor(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestReadmeYAMLKeysAreKnown: every YAML block of the README and docs that
+// configures StackSaga (a stacksaga: root) uses only keys the loaders read, so
+// a user who copies one is not refused at start.
+func TestReadmeYAMLKeysAreKnown(t *testing.T) {
+	root := filepath.Join("..", "..")
+	files := []string{filepath.Join(root, "README.md")}
+	if md, err := filepath.Glob(filepath.Join(root, "docs", "*.md")); err == nil {
+		files = append(files, md...)
+	}
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, block := range yamlBlocks(string(data)) {
+			if !strings.HasPrefix(strings.TrimSpace(block), "stacksaga:") {
+				continue
+			}
+			n++
+			if err := yamlconfig.CheckKnown([]byte(block)); err != nil {
+				t.Errorf("%s: YAML block %d: %v", f, i+1, err)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no stacksaga: YAML block found in the README: the test checks nothing")
+	}
+}
+
+// yamlBlocks returns the bodies of the ```yaml fences of a Markdown text.
+func yamlBlocks(md string) []string {
+	var out []string
+	var cur []string
+	in := false
+	for _, line := range strings.Split(md, "\n") {
+		trim := strings.TrimSpace(line)
+		switch {
+		case !in && trim == "```yaml":
+			in, cur = true, nil
+		case in && trim == "```":
+			in = false
+			out = append(out, strings.Join(cur, "\n"))
+		case in:
+			cur = append(cur, line)
+		}
+	}
+	return out
 }

@@ -16,10 +16,16 @@ import (
 )
 
 // Decode unmarshals the YAML document data into doc. A blank document
-// leaves doc as it is.
+// leaves doc as it is. Every key under stacksaga: must be one of Keys
+// (whichever part of the document doc reads): an unknown or misspelt key
+// fails with an error wrapping ErrUnknownKey that names its full key and
+// line.
 func Decode(data []byte, doc any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
+	}
+	if err := CheckKnown(data); err != nil {
+		return err
 	}
 	return yaml.Unmarshal(data, doc)
 }

@@ -61,17 +61,19 @@ func TestEnv(t *testing.T) {
 
 type doc struct {
 	Stacksaga struct {
-		Name string `yaml:"name"`
+		Instance struct {
+			Name string `yaml:"region"`
+		} `yaml:"instance"`
 	} `yaml:"stacksaga"`
 }
 
 func TestDecode(t *testing.T) {
 	var d doc
-	d.Stacksaga.Name = "kept"
-	if err := Decode([]byte(" \n\t"), &d); err != nil || d.Stacksaga.Name != "kept" {
+	d.Stacksaga.Instance.Name = "kept"
+	if err := Decode([]byte(" \n\t"), &d); err != nil || d.Stacksaga.Instance.Name != "kept" {
 		t.Fatalf("blank document: %v, %+v", err, d)
 	}
-	if err := Decode([]byte("stacksaga:\n  name: n\nother: 1\n"), &d); err != nil || d.Stacksaga.Name != "n" {
+	if err := Decode([]byte("stacksaga:\n  instance: {region: n}\nother: 1\n"), &d); err != nil || d.Stacksaga.Instance.Name != "n" {
 		t.Fatalf("document: %v, %+v", err, d)
 	}
 	if err := Decode([]byte("stacksaga: [1, 2"), &d); err == nil {
