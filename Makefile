@@ -5,10 +5,12 @@ GO           ?= go
 PKGS         ?= ./...
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS   ?=
+TEST_FUZZTIME ?= 3s
+FUZZTIME     ?= 1m
 STATICCHECK  ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SERVICES     := scripts/services
 
-.PHONY: help setup test test-short lint demo services-up services-down services-wipe services-status services-logs
+.PHONY: help setup test fuzz test-short lint demo services-up services-down services-wipe services-status services-logs
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -20,6 +22,7 @@ help: ## list the targets
 # both are set (e.g. docker compose); otherwise starts the local servers with
 # scripts/services (a no-op when they already run) and exports their endpoints,
 # the TLS ones included.
+# After the tests it runs every fuzz target for TEST_FUZZTIME each (0: none).
 # STACKSAGA_REQUIRE_SERVICES=1 turns any test that would skip for lack of a
 # service into a failure: with endpoints of servers that have no TLS listeners
 # (docker compose), add TEST_FLAGS='-skip OverTLS'.
@@ -43,10 +46,19 @@ test: ## install what is missing, start services if needed, then go test -race o
 	start=$$(date +%s); rc=0; \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS) || rc=$$?; \
 	echo "make test: PHASE tests: $$(( $$(date +%s) - start ))s (exit $$rc)"; \
+	if [ "$(TEST_FUZZTIME)" != 0 ]; then \
+		start=$$(date +%s); frc=0; \
+		GO=$(GO) scripts/fuzz $(TEST_FUZZTIME) || frc=$$?; \
+		echo "make test: PHASE fuzz: $$(( $$(date +%s) - start ))s (exit $$frc)"; \
+		[ $$rc -ne 0 ] || rc=$$frc; \
+	fi; \
 	exit $$rc
 
 setup: ## install from Debian's packages what make test needs and the machine lacks
 	scripts/setup
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 1m; FUZZ=regexp picks targets)
+	GO=$(GO) scripts/fuzz $(FUZZTIME) $(or $(FUZZ),.)
 
 test-short: ## unit tests only: no services, no -race (skips what needs Kafka/Cassandra)
 	$(GO) test -count=1 -short $(PKGS)
