@@ -66,7 +66,7 @@ func TestAssertExactlyOnceReports(t *testing.T) {
 		t.Error("AssertExactlyOnce passed with every command run twice")
 	}
 	if len(ft.errors) != 1 || !strings.Contains(ft.errors[0], "3 steps did not run exactly once") ||
-		!strings.Contains(ft.errors[0], ids[0]+"/1/process ran 2 times") {
+		!strings.Contains(ft.errors[0], ids[0]+"/1/process attempt 1 ran 2 times") {
 		t.Errorf("errors = %q", ft.errors)
 	}
 }
@@ -321,7 +321,7 @@ func TestAssertExactlyOnceNeverRan(t *testing.T) {
 		t.Fatalf("errors = %q", ft.errors)
 	}
 	for _, id := range ids {
-		if want := id + "/1/process replied ok, but its handler never ran (1 deliveries)"; !strings.Contains(ft.errors[0], want) {
+		if want := id + "/1/process attempt 1 replied ok, but its handler never ran (1 deliveries)"; !strings.Contains(ft.errors[0], want) {
 			t.Errorf("errors = %q, want %q", ft.errors[0], want)
 		}
 	}
