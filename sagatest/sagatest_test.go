@@ -435,6 +435,8 @@ type fakeT struct {
 	mu       sync.Mutex
 	fatal    string
 	errors   []string
+	logs     []string
+	failed   bool // as if the test had failed by itself
 	cleanups []func()
 }
 
@@ -455,7 +457,16 @@ func (f *fakeT) Fatalf(format string, args ...any) {
 	f.mu.Unlock()
 	panic("fatal")
 }
-func (f *fakeT) Logf(string, ...any) {}
+func (f *fakeT) Logf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.logs = append(f.logs, fmt.Sprintf(format, args...))
+}
+func (f *fakeT) Failed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed || f.fatal != "" || len(f.errors) > 0
+}
 func (f *fakeT) cleanup() {
 	for i := len(f.cleanups) - 1; i >= 0; i-- {
 		f.cleanups[i]()

@@ -190,3 +190,18 @@ func TestCrashWorkersEveryOne(t *testing.T) {
 		t.Errorf("fatal = %q", ft.fatal)
 	}
 }
+
+// A test that fails by itself (not in the harness) is told the seed when
+// it ends; a test that passes is not.
+func TestSeedPrintedWhenTestFails(t *testing.T) {
+	for _, failed := range []bool{true, false} {
+		ft := &fakeT{failed: failed}
+		env := sagatest.New(ft, sagatest.CrashWorkersEvery(3))
+		ft.cleanup()
+		want := fmt.Sprintf("fault schedule seed %d (replay it with sagatest.WithSeed(%d))", env.Seed(), env.Seed())
+		printed := slices.ContainsFunc(ft.logs, func(l string) bool { return strings.Contains(l, want) })
+		if printed != failed {
+			t.Errorf("failed %v: logs %q, want the seed printed only if the test failed", failed, ft.logs)
+		}
+	}
+}
