@@ -3,8 +3,9 @@
 // broker and the in-memory event store by default, or on real Kafka and
 // Cassandra (WithKafka, WithCassandra), and it injects the delivery faults
 // an at-least-once system lives with. It counts every execution of a
-// business handler per (transaction, span, kind), so that a test can
-// assert that a step ran exactly once however often its command arrived.
+// business handler per (transaction, span, kind, attempt), so that a test
+// can assert that a step ran exactly once (once per attempt, if it was
+// retried) however often its command arrived.
 //
 //	func TestPlaceOrder(t *testing.T) {
 //		env := sagatest.New(t, sagatest.DuplicateCommands(2), sagatest.TwinWorkers(),
@@ -48,14 +49,26 @@
 //     started: the commands the stopped one handled since it started are
 //     delivered again to its replacement. No handler is interrupted.
 //   - CrashWorkersEvery(n): a worker instance crashes in the middle of a
-//     command, alternately before its handler runs (a STRICT guard holds
-//     the step's lease) and after its guard returned the reply (the
-//     step's marker is committed) but before the reply is sent. No
+//     command every n executions (the first at one the seed chooses),
+//     alternating, per instance, between before its handler runs (a
+//     STRICT guard holds the step's lease) and after its guard returned
+//     the reply (the step's marker is committed) but before the reply is
+//     sent. No
 //     command still in the instance's guard replies, nothing past the
 //     crashed command on its partition is committed, and the instance's
 //     replacement is handed the command again. A handler
 //     killed half way through its side effects is not simulated
 //     (writeprotect's kill test SIGKILLs a real process there).
+//
+// # Seed and replay
+//
+// The fault schedule (where CrashWorkersEvery crashes each instance) is
+// drawn from the env's seed, random unless WithSeed sets it. When a test
+// fails, the harness prints the seed and the faults it injected (in its
+// own failure messages, and at the end of a test that failed otherwise);
+// Env.Seed and Env.Faults return them. Rerun with WithSeed(seed) to get
+// the same faults at the same executions of the same instances; with sagas
+// started one at a time the run repeats, assertion failure included.
 //
 // # Counting
 //
@@ -67,9 +80,11 @@
 // every record produced has been handled and committed by every consumer,
 // so that late duplicates are counted before a test looks at the counts;
 // AssertExactlyOnce settles first. It then checks both halves of "exactly
-// once": no step ran twice, and every step whose saga recorded a reply ok
-// or non_retryable for it in the event store (the orchestrator's tryouts)
-// did run, null compensations excepted.
+// once", per attempt (a step re-driven after a retryable failure runs
+// again with the next attempt): no attempt of a step ran twice, and the
+// attempt whose reply ok or non_retryable its saga recorded in the event
+// store (the orchestrator's tryouts) did run, null compensations (of an
+// action that never ran) excepted.
 //
 // # Names
 //

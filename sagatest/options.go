@@ -52,6 +52,8 @@ type config struct {
 	workerGroups map[string]topics.GroupType
 	share        topics.ShareSettings
 	instances    int
+	seed         int64
+	seedSet      bool
 }
 
 // WithKafka runs the env on a real Kafka cluster instead of an in-process
@@ -144,9 +146,12 @@ func TwinWorkers() Option { return optFunc(func(c *config) { c.twins = true }) }
 // handler is interrupted (CrashWorkersEvery does that). Default 0: never.
 func RestartWorkersEvery(n int) Option { return optFunc(func(c *config) { c.restartEvery = n }) }
 
-// CrashWorkersEvery makes a worker instance crash at the n-th execution
-// of a handler since it started or last crashed (restarts with redelivery
-// do not reset the count), alternately at two points:
+// CrashWorkersEvery makes a worker instance crash every n handler
+// executions: its first crash comes at an execution between the first and
+// the n-th, chosen by the env's seed (WithSeed), and each later one at the
+// n-th execution since it last crashed (restarts with redelivery do not
+// reset the count). Each instance alternates between two points, starting
+// at the one the seed chooses for it:
 //
 //   - in the handler, before it does anything: the guard has called run
 //     (a STRICT guard holds the step's lease, a RELAXED one has written
@@ -165,7 +170,8 @@ func RestartWorkersEvery(n int) Option { return optFunc(func(c *config) { c.rest
 // marker of the second. A handler stopped at the first point is not an
 // execution (Executions does not count it). A guard that records replies
 // runs each step once; without one, the second point runs the step again.
-// Default 0: never.
+// Default 0: never; n must not be 1 (the redelivered command would crash
+// again, for ever). The crashes are listed by Env.Faults.
 //
 // A crash that kills a handler half way through its side effects is not
 // simulated (the handler never starts, or has finished); writeprotect's
@@ -214,3 +220,18 @@ func WithShareSettings(s topics.ShareSettings) Option {
 // consumer group they split the partitions. It cannot be combined with
 // TwinWorkers.
 func WorkerInstances(n int) Option { return optFunc(func(c *config) { c.instances = n }) }
+
+// WithSeed sets the seed of the env's fault schedule: where
+// CrashWorkersEvery crashes each worker instance (at which of its handler
+// executions, and at which point first). It is the only random choice of
+// the harness; the other faults follow from what the instances handle.
+// Default: a random seed. A test that fails prints its env's seed (with
+// the faults injected), and WithSeed(seed) replays that schedule: the same
+// instances get the same faults at the same executions. When sagas run one
+// at a time (each started after the one before ended) the instances handle
+// the same commands in the same order, so the whole run repeats; with
+// concurrent sagas, which command an instance's n-th execution is depends
+// on the interleaving.
+func WithSeed(seed int64) Option {
+	return optFunc(func(c *config) { c.seed, c.seedSet = seed, true })
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -47,6 +48,16 @@ type Execution struct {
 // String returns "txID/span/kind".
 func (x Execution) String() string { return fmt.Sprintf("%s/%d/%s", x.TxID, x.Span, x.Kind) }
 
+// attemptKey names the executions of one attempt of a step: a step
+// re-driven after a retryable failure runs once per attempt.
+type attemptKey struct {
+	Execution
+	attempt int
+}
+
+// String returns "txID/span/kind attempt n".
+func (k attemptKey) String() string { return fmt.Sprintf("%s attempt %d", k.Execution, k.attempt) }
+
 // Stats counts what the harness saw and did.
 type Stats struct {
 	// Deliveries counts commands handed to worker guards, retries of a
@@ -55,7 +66,8 @@ type Stats struct {
 	// Executions counts business-handler executions.
 	Executions int64
 	// DuplicateExecutions counts executions beyond the first of their
-	// (transaction, span, kind).
+	// (transaction, span, kind, attempt): a step re-driven after a
+	// retryable failure runs once per attempt, which is no duplicate.
 	DuplicateExecutions int64
 	// CommandCopies and ReplyCopies count the extra records the
 	// duplicating relays wrote.
@@ -106,17 +118,21 @@ type Env struct {
 	guards []*writeprotect.Guard // made by WithWriteProtection
 
 	execMu sync.Mutex
-	execs  map[Execution]int    // handler executions
-	delivs map[Execution]int    // commands handed to guards
+	execs  map[attemptKey]int   // handler executions
+	total  map[Execution]int    // handler executions over every attempt
+	delivs map[attemptKey]int   // commands handed to guards
 	sagas  map[sagaRef]struct{} // sagas whose commands reached a guard
+
+	seed     int64
+	faultMu  sync.Mutex
+	faults   []Fault     // injected, in order
+	reported atomic.Bool // the seed was printed with a failure
 
 	twins rendezvous
 
 	restartMu sync.Mutex
 	restarts  []restartRequest // for the restarter
 	wake      chan struct{}    // cap 1: restarts has requests
-
-	crashes atomic.Int64 // crash points chosen so far
 
 	stats struct {
 		deliveries, executions, duplicates, commandCopies, replyCopies      atomic.Int64
@@ -150,6 +166,9 @@ func New(t TB, opts ...Option) *Env {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	if !cfg.seedSet {
+		cfg.seed = rand.Int64()
+	}
 	var errs []error
 	if cfg.partitions < 1 {
 		errs = append(errs, fmt.Errorf("sagatest: partitions %d < 1", cfg.partitions))
@@ -165,6 +184,9 @@ func New(t TB, opts ...Option) *Env {
 	}
 	if cfg.crashEvery < 0 {
 		errs = append(errs, fmt.Errorf("sagatest: CrashWorkersEvery(%d) < 0", cfg.crashEvery))
+	}
+	if cfg.crashEvery == 1 {
+		errs = append(errs, errors.New("sagatest: CrashWorkersEvery(1) crashes every redelivery of a crashed command again: use 2 or more"))
 	}
 	if cfg.protect != nil {
 		if err := cfg.protect.Validate(); err != nil {
@@ -193,8 +215,10 @@ func New(t TB, opts ...Option) *Env {
 		relays:   make(map[string]*relay),
 		staging:  make(map[string]string),
 		cmdTopic: make(map[string]bool),
-		execs:    make(map[Execution]int),
-		delivs:   make(map[Execution]int),
+		execs:    make(map[attemptKey]int),
+		total:    make(map[Execution]int),
+		delivs:   make(map[attemptKey]int),
+		seed:     cfg.seed,
 		sagas:    make(map[sagaRef]struct{}),
 		twins:    rendezvous{slots: make(map[string]*meeting)},
 		wake:     make(chan struct{}, 1),
@@ -203,6 +227,14 @@ func New(t TB, opts ...Option) *Env {
 		e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	if f, ok := t.(interface{ Failed() bool }); ok {
+		// Registered before close, so run after it: its failures count.
+		t.Cleanup(func() {
+			if f.Failed() && !e.reported.Load() {
+				t.Logf("%s", strings.TrimPrefix(e.replayHint(), "\n"))
+			}
+		})
+	}
 	t.Cleanup(e.close)
 
 	e.brokers = cfg.brokers
@@ -321,7 +353,7 @@ func (e *Env) WriteProtectionStats() writeprotect.Stats {
 
 // delivered records that cmd was handed to a guard.
 func (e *Env) delivered(cmd *topics.Envelope) {
-	x := Execution{TxID: cmd.TxID, Span: cmd.Span, Kind: cmd.Kind}
+	x := commandKey(cmd)
 	ref := sagaRef{eventstore.Scope{Region: cmd.Region, Cluster: cmd.Cluster, Service: cmd.Service}, cmd.Domain, cmd.TxID}
 	e.execMu.Lock()
 	e.delivs[x]++
@@ -330,11 +362,17 @@ func (e *Env) delivered(cmd *topics.Envelope) {
 	e.stats.deliveries.Add(1)
 }
 
+// commandKey names the attempt cmd commands.
+func commandKey(cmd *topics.Envelope) attemptKey {
+	return attemptKey{Execution{TxID: cmd.TxID, Span: cmd.Span, Kind: cmd.Kind}, cmd.Attempt}
+}
+
 // count records one execution of x.
-func (e *Env) count(x Execution) {
+func (e *Env) count(x attemptKey) {
 	e.execMu.Lock()
 	n := e.execs[x] + 1
 	e.execs[x] = n
+	e.total[x.Execution]++
 	e.execMu.Unlock()
 	e.stats.executions.Add(1)
 	if n > 1 {
@@ -343,48 +381,62 @@ func (e *Env) count(x Execution) {
 }
 
 // Executions returns how many times the handler of txID's span ran in
-// kind.
+// kind, over all its attempts (see AttemptExecutions).
 func (e *Env) Executions(txID string, span int, kind topics.Kind) int {
 	e.execMu.Lock()
 	defer e.execMu.Unlock()
-	return e.execs[Execution{TxID: txID, Span: span, Kind: kind}]
+	return e.total[Execution{TxID: txID, Span: span, Kind: kind}]
 }
 
-// ExecutionCounts returns a copy of every execution count.
+// AttemptExecutions returns how many times the handler of txID's span ran
+// in kind for attempt (topics.Envelope.Attempt, from 1): exactly once
+// means once per attempt, since a step re-driven after a retryable failure
+// runs again with the next attempt.
+func (e *Env) AttemptExecutions(txID string, span int, kind topics.Kind, attempt int) int {
+	e.execMu.Lock()
+	defer e.execMu.Unlock()
+	return e.execs[attemptKey{Execution{TxID: txID, Span: span, Kind: kind}, attempt}]
+}
+
+// ExecutionCounts returns a copy of every execution count, each over all
+// the attempts of its step (as Executions).
 func (e *Env) ExecutionCounts() map[Execution]int {
 	e.execMu.Lock()
 	defer e.execMu.Unlock()
-	return maps.Clone(e.execs)
+	return maps.Clone(e.total)
 }
 
 // DuplicateExecutions returns the executions beyond the first of their
-// (transaction, span, kind), over the whole env.
+// (transaction, span, kind, attempt), over the whole env.
 func (e *Env) DuplicateExecutions() int { return int(e.stats.duplicates.Load()) }
 
 // AssertExactlyOnce waits until every record produced so far has been
 // handled (Settle), so that late duplicates are counted too, then checks
-// that every step ran exactly once. It fails the test for every
-// (transaction, span, kind)
+// that every step ran exactly once per attempt. A step re-driven after a
+// retryable failure runs once per attempt (topics.Envelope.Attempt), and
+// the attempt whose reply decided the step must be one that ran. It fails
+// the test for every (transaction, span, kind, attempt)
 //
 //   - whose handler ran more than once, or
-//   - whose saga's tryouts in the event store hold a reply ok or
-//     non_retryable for it although its handler never ran, while its
-//     command did reach a guard of the harness (a guard that replied
-//     without running the step). A compensation whose action has no ok
-//     reply recorded may reply ok without running: that is a null
-//     compensation (the action may never have run).
+//   - whose reply ok or non_retryable is the one the saga recorded for its
+//     step in the event store (the orchestrator's tryouts), although its
+//     handler never ran in that attempt while its command did reach a
+//     guard of the harness (a guard that replied without running the
+//     step; that an earlier attempt ran does not excuse it). A
+//     compensation whose action never ran under the harness may reply ok
+//     without running: that is a null compensation. One whose action ran
+//     (even if it then failed, say with a reply too large to send, which
+//     makes the orchestrator compensate it) must run.
 //
 // The tryouts are read once per saga whose commands reached a worker of
 // the env, for the sagas of orchestrators started with Orchestrator. It
-// reports whether no step failed these checks.
-//
-// A step re-driven after a retryable failure runs once per attempt, and
-// each run counts.
+// reports whether no step failed these checks. The failure names the
+// seed of the env's fault schedule (see WithSeed).
 func (e *Env) AssertExactlyOnce() bool {
 	e.t.Helper()
 	e.Settle()
 	e.execMu.Lock()
-	counts, delivs := maps.Clone(e.execs), maps.Clone(e.delivs)
+	counts, total, delivs := maps.Clone(e.execs), maps.Clone(e.total), maps.Clone(e.delivs)
 	sagas := slices.Collect(maps.Keys(e.sagas))
 	e.execMu.Unlock()
 	var bad []string
@@ -393,7 +445,7 @@ func (e *Env) AssertExactlyOnce() bool {
 			bad = append(bad, fmt.Sprintf("%s ran %d times", x, n))
 		}
 	}
-	never, err := e.neverRan(sagas, counts, delivs)
+	never, err := e.neverRan(sagas, counts, total, delivs)
 	if err != nil {
 		e.t.Errorf("sagatest: AssertExactlyOnce: %v", err)
 	}
@@ -402,19 +454,19 @@ func (e *Env) AssertExactlyOnce() bool {
 		return err == nil
 	}
 	sort.Strings(bad)
-	more := ""
-	if len(bad) > 10 {
-		more = fmt.Sprintf("\n... and %d more", len(bad)-10)
+	n, more := len(bad), ""
+	if n > 10 {
+		more = fmt.Sprintf("\n... and %d more", n-10)
 		bad = bad[:10]
 	}
-	e.t.Errorf("sagatest: %d steps did not run exactly once:\n%s%s", len(bad), strings.Join(bad, "\n"), more)
+	e.t.Errorf("sagatest: %d steps did not run exactly once:\n%s%s%s", n, strings.Join(bad, "\n"), more, e.replayHint())
 	return false
 }
 
-// neverRan reads the tryouts of sagas and describes every step with a
-// final reply (ok or non_retryable) whose command reached a guard but
-// whose handler never ran, null compensations excepted.
-func (e *Env) neverRan(sagas []sagaRef, counts, delivs map[Execution]int) ([]string, error) {
+// neverRan reads the tryouts of sagas and describes every step whose
+// deciding reply (ok or non_retryable) answered an attempt that reached a
+// guard but never ran, null compensations excepted.
+func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int) ([]string, error) {
 	e.mu.Lock()
 	stores := make(map[sagaRef]eventstore.Store, len(e.orchs))
 	for _, o := range e.orchs {
@@ -445,32 +497,34 @@ func (e *Env) neverRan(sagas []sagaRef, counts, delivs map[Execution]int) ([]str
 				errs = append(errs, fmt.Errorf("tryouts of %s: %w", ref.txID, err))
 				return
 			}
-			out = append(out, unexecuted(ref.txID, tries, counts, delivs)...)
+			out = append(out, unexecuted(ref.txID, tries, counts, total, delivs)...)
 		})
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
 }
 
-// unexecuted describes the steps of txID with a final reply in tries whose
-// command reached a guard but whose handler never ran.
-func unexecuted(txID string, tries []eventstore.Tryout, counts, delivs map[Execution]int) []string {
-	final := make(map[Execution]string) // outcome of the final reply
+// unexecuted describes the steps of txID whose deciding reply in tries
+// (ok or non_retryable) answered an attempt whose command reached a guard
+// but whose handler never ran.
+func unexecuted(txID string, tries []eventstore.Tryout, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int) []string {
+	final := make(map[Execution]eventstore.Tryout) // the deciding reply of each step
 	for _, tr := range tries {
 		if tr.Outcome == string(topics.OutcomeOK) || tr.Outcome == string(topics.OutcomeNonRetryable) {
-			final[Execution{TxID: txID, Span: tr.Span, Kind: topics.Kind(tr.Kind)}] = tr.Outcome
+			final[Execution{TxID: txID, Span: tr.Span, Kind: topics.Kind(tr.Kind)}] = tr
 		}
 	}
 	var out []string
-	for x, outcome := range final {
-		if counts[x] > 0 || delivs[x] == 0 {
+	for x, tr := range final {
+		k := attemptKey{x, tr.Attempt}
+		if counts[k] > 0 || delivs[k] == 0 {
 			continue
 		}
 		action := Execution{TxID: txID, Span: x.Span, Kind: topics.KindProcess}
-		if x.Kind == topics.KindRevert && final[action] != string(topics.OutcomeOK) {
-			continue // a null compensation: its action may never have run
+		if x.Kind == topics.KindRevert && total[action] == 0 {
+			continue // a null compensation: its action never ran here
 		}
-		out = append(out, fmt.Sprintf("%s replied %s, but its handler never ran (%d deliveries)", x, outcome, delivs[x]))
+		out = append(out, fmt.Sprintf("%s replied %s, but its handler never ran (%d deliveries)", k, tr.Outcome, delivs[k]))
 	}
 	return out
 }
@@ -482,9 +536,11 @@ type Sagas interface {
 	Scope() eventstore.Scope
 }
 
-// WaitTerminal waits until every saga in ids is in a terminal state and
-// returns the states by transaction id. It fails the test, naming the
-// sagas still running, if that takes longer than the env's timeout.
+// WaitTerminal waits until every saga in ids is in a terminal state or
+// DISABLED (frozen after outliving its transaction lifetime: only an
+// admin's restore moves it again) and returns the states by transaction
+// id. It fails the test, naming the sagas still running, if that takes
+// longer than the env's timeout.
 func (e *Env) WaitTerminal(o Sagas, ids ...string) map[string]eventstore.State {
 	e.t.Helper()
 	deadline := time.Now().Add(e.cfg.timeout)
@@ -499,7 +555,7 @@ func (e *Env) WaitTerminal(o Sagas, ids ...string) map[string]eventstore.State {
 			case err != nil:
 				lastErr = err
 				still = append(still, id)
-			case tx.State.Terminal():
+			case tx.State.Terminal(), tx.State == eventstore.StateDisabled:
 				out[id] = tx.State
 			default:
 				out[id] = tx.State
@@ -510,8 +566,8 @@ func (e *Env) WaitTerminal(o Sagas, ids ...string) map[string]eventstore.State {
 			return out
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("sagatest: %d of %d sagas not terminal after %v: %s (last error: %v)",
-				len(still), len(ids), e.cfg.timeout, e.describe(o, still), lastErr)
+			e.t.Fatalf("sagatest: %d of %d sagas not terminal after %v: %s (last error: %v)%s",
+				len(still), len(ids), e.cfg.timeout, e.describe(o, still), lastErr, e.replayHint())
 			return out
 		}
 		pending = still
@@ -553,7 +609,7 @@ func (e *Env) Settle() {
 			if err != nil {
 				lag = err.Error()
 			}
-			e.t.Fatalf("sagatest: not settled after %v: %s", e.cfg.timeout, lag)
+			e.t.Fatalf("sagatest: not settled after %v: %s%s", e.cfg.timeout, lag, e.replayHint())
 			return
 		}
 		time.Sleep(25 * time.Millisecond)

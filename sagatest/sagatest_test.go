@@ -66,7 +66,7 @@ func TestAssertExactlyOnceReports(t *testing.T) {
 		t.Error("AssertExactlyOnce passed with every command run twice")
 	}
 	if len(ft.errors) != 1 || !strings.Contains(ft.errors[0], "3 steps did not run exactly once") ||
-		!strings.Contains(ft.errors[0], ids[0]+"/1/process ran 2 times") {
+		!strings.Contains(ft.errors[0], ids[0]+"/1/process attempt 1 ran 2 times") {
 		t.Errorf("errors = %q", ft.errors)
 	}
 }
@@ -321,7 +321,7 @@ func TestAssertExactlyOnceNeverRan(t *testing.T) {
 		t.Fatalf("errors = %q", ft.errors)
 	}
 	for _, id := range ids {
-		if want := id + "/1/process replied ok, but its handler never ran (1 deliveries)"; !strings.Contains(ft.errors[0], want) {
+		if want := id + "/1/process attempt 1 replied ok, but its handler never ran (1 deliveries)"; !strings.Contains(ft.errors[0], want) {
 			t.Errorf("errors = %q, want %q", ft.errors[0], want)
 		}
 	}
@@ -435,6 +435,8 @@ type fakeT struct {
 	mu       sync.Mutex
 	fatal    string
 	errors   []string
+	logs     []string
+	failed   bool // as if the test had failed by itself
 	cleanups []func()
 }
 
@@ -455,7 +457,16 @@ func (f *fakeT) Fatalf(format string, args ...any) {
 	f.mu.Unlock()
 	panic("fatal")
 }
-func (f *fakeT) Logf(string, ...any) {}
+func (f *fakeT) Logf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.logs = append(f.logs, fmt.Sprintf(format, args...))
+}
+func (f *fakeT) Failed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed || f.fatal != "" || len(f.errors) > 0
+}
 func (f *fakeT) cleanup() {
 	for i := len(f.cleanups) - 1; i >= 0; i-- {
 		f.cleanups[i]()

@@ -82,7 +82,11 @@ func Worker(e *Env, service string, register func(w *worker.Worker) error, opts 
 		if i == 1 && e.cfg.twins {
 			g += ".twin"
 		}
-		s.insts = append(s.insts, &instance{svc: s, idx: i, group: g, share: share})
+		in := &instance{svc: s, idx: i, group: g, share: share}
+		if e.cfg.crashEvery > 0 {
+			in.crashes = newCrashSchedule(e.seed, service, i, e.cfg.crashEvery)
+		}
+		s.insts = append(s.insts, in)
 	}
 	e.mu.Lock()
 	e.services[service] = s
@@ -185,12 +189,12 @@ func (s *Service) stop() {
 
 // instance is one worker instance of a service, across its restarts.
 type instance struct {
-	svc        *Service
-	idx        int
-	group      string
-	share      bool         // a share-group member (no committed offsets)
-	execs      atomic.Int64 // handler executions, across incarnations
-	sinceCrash atomic.Int64 // executions since the instance started or last crashed
+	svc     *Service
+	idx     int
+	group   string
+	share   bool           // a share-group member (no committed offsets)
+	execs   atomic.Int64   // handler executions, across incarnations
+	crashes *crashSchedule // of CrashWorkersEvery (nil: none)
 
 	mu      sync.Mutex // held while starting, stopping and restarting
 	w       *worker.Worker
@@ -517,7 +521,7 @@ func (g *instanceGuard) execute(ctx context.Context, cmd *topics.Envelope, run f
 			reply, err = nil, errCrashed
 		}
 	}()
-	crashAfter := false
+	var crashAfter int64 // the execution that crashes after the reply
 	guarded := func(run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error) {
 		if o, ok := g.inner.(overlapper); ok && overlapped {
 			return o.ExecuteOverlapped(ctx, cmd, run)
@@ -530,23 +534,26 @@ func (g *instanceGuard) execute(ctx context.Context, cmd *topics.Envelope, run f
 			panic(crashSignal{}) // crashed meanwhile: the handler never starts
 		}
 		n := g.execs.Add(1)
-		g.in.execs.Add(1)
-		if c := int64(e.cfg.crashEvery); c > 0 && g.in.sinceCrash.Add(1) == c {
-			g.in.sinceCrash.Store(0)
-			if e.crashes.Add(1)%2 == 1 {
-				g.crash(&e.stats.crashesInRun)
+		total := g.in.execs.Add(1)
+		if s := g.in.crashes; s != nil {
+			if crash, after := s.due(); crash && !after {
+				if g.crash(&e.stats.crashesInRun) {
+					e.fault(FaultCrashBeforeHandler, g.in, total, cmd)
+				}
 				panic(crashSignal{})
+			} else if crash {
+				crashAfter = total
 			}
-			crashAfter = true
 		}
-		e.count(Execution{TxID: cmd.TxID, Span: cmd.Span, Kind: cmd.Kind})
+		e.count(commandKey(cmd))
 		if r := int64(e.cfg.restartEvery); r > 0 && n == r {
+			e.fault(FaultRestart, g.in, total, cmd)
 			e.requestRestart(restartRequest{guard: g, rewind: true})
 		}
 		return run(ctx)
 	})
-	if crashAfter {
-		g.crash(&e.stats.crashesBeforeReply)
+	if crashAfter > 0 && g.crash(&e.stats.crashesBeforeReply) {
+		e.fault(FaultCrashBeforeReply, g.in, crashAfter, cmd)
 	}
 	if g.dead.Load() {
 		return nil, wait, errCrashed // the reply dies with the instance
@@ -561,13 +568,14 @@ func (g *instanceGuard) execute(ctx context.Context, cmd *topics.Envelope, run f
 }
 
 // crash marks the incarnation crashed, counts it in n and asks for its
-// replacement.
-func (g *instanceGuard) crash(n *atomic.Int64) {
+// replacement; it reports false if the incarnation had crashed already.
+func (g *instanceGuard) crash(n *atomic.Int64) bool {
 	if !g.dead.CompareAndSwap(false, true) {
-		return
+		return false
 	}
 	n.Add(1)
 	g.in.svc.env.requestRestart(restartRequest{guard: g})
+	return true
 }
 
 // passThrough runs every command.
