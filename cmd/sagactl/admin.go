@@ -108,7 +108,10 @@ flags (every command):
   --hosts H1:9042,H2    contact points (default 127.0.0.1:9042)
   --keyspace KS         keyspace (default stacksaga_event_store)
   --local-datacenter DC data centre (default datacenter1)
-  --username U, --password P
+  --username U, --password-file FILE
+                        the password is read from FILE (or env
+                        STACKSAGA_CASSANDRA_PASSWORD); --password is refused, as
+                        a flag shows the secret in the process list
   --timeout D           bound on the whole command (default 2m)
   --json                print one JSON document on stdout instead of text
   Values come from --config, then the environment (STACKSAGA_CASSANDRA_*,
@@ -138,6 +141,7 @@ examples:
 type adminFlags struct {
 	fs                                                   *flag.FlagSet
 	config, hosts, keyspace, localDC, username, password *string
+	passwordFile                                         *string
 	region, cluster, service                             *string
 	timeout                                              *time.Duration
 	json                                                 *bool
@@ -158,7 +162,8 @@ func newAdminFlags(cmd string) *adminFlags {
 	f.keyspace = fs.String("keyspace", "", "keyspace")
 	f.localDC = fs.String("local-datacenter", "", "local data centre")
 	f.username = fs.String("username", "", "user")
-	f.password = fs.String("password", "", "password")
+	f.password = fs.String("password", "", "refused: use --password-file or STACKSAGA_CASSANDRA_PASSWORD")
+	f.passwordFile = fs.String("password-file", "", "file holding the password")
 	f.region = fs.String("region", "", "region")
 	f.cluster = fs.String("cluster", "", "virtual cluster")
 	f.service = fs.String("service", "", "orchestrating service")
@@ -408,8 +413,8 @@ func cassandraConfig(f *adminFlags, set map[string]bool) (cassandra.Config, erro
 	if set["username"] {
 		cfg.Username = *f.username
 	}
-	if set["password"] {
-		cfg.Password = *f.password
+	if err := applyPassword(set, *f.passwordFile, &cfg.Password); err != nil {
+		return cfg, err
 	}
 	cfg.CreateSchema = false // an admin tool never changes the schema
 	return cfg, cfg.Validate()

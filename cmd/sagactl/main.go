@@ -4,7 +4,7 @@
 //
 //	sagactl schema print [--keyspace ks] [--replication spec] [--config file]
 //	sagactl schema apply|diff [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
-//	                          [--local-datacenter dc] [--username u] [--password p]
+//	                          [--local-datacenter dc] [--username u] [--password-file f]
 //	                          [--config file] [--timeout 2m]
 //	sagactl list retry-pending|paused|frozen|disabled|terminated [--limit 50] [--after TXID | --page P]
 //	sagactl show TXID
@@ -59,7 +59,7 @@ func main() {
 const usage = `usage:
   sagactl schema print [--keyspace ks] [--replication spec] [--config file]
   sagactl schema apply|diff [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
-                            [--local-datacenter dc] [--username u] [--password p]
+                            [--local-datacenter dc] [--username u] [--password-file f]
                             [--config file] [--timeout 2m]
   sagactl list retry-pending|paused|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
   sagactl show TXID [flags]
@@ -101,13 +101,14 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	configPath := fs.String("config", "", "YAML file with a stacksaga.cassandra section")
 	keyspace := fs.String("keyspace", "", "keyspace (default stacksaga_event_store)")
 	replication := fs.String("replication", "", "SimpleStrategy:<rf> or NetworkTopologyStrategy:<dc>=<rf>[,...] (default NetworkTopologyStrategy:<local-datacenter>=3)")
-	var hosts, localDC, username, password *string
+	var hosts, localDC, username, passwordFile *string
 	var timeout *time.Duration
 	if connect {
 		hosts = fs.String("hosts", "", "comma-separated contact points host[:port] (default 127.0.0.1:9042)")
 		localDC = fs.String("local-datacenter", "", "local data centre (default datacenter1)")
 		username = fs.String("username", "", "user for PasswordAuthenticator")
-		password = fs.String("password", "", "password for PasswordAuthenticator")
+		fs.String("password", "", "refused: use --password-file or STACKSAGA_CASSANDRA_PASSWORD")
+		passwordFile = fs.String("password-file", "", "file holding the password for PasswordAuthenticator")
 		timeout = fs.Duration("timeout", 2*time.Minute, "bound on the whole command")
 	}
 	if err := fs.Parse(args[2:]); err != nil {
@@ -147,8 +148,9 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if set["username"] {
 			cfg.Username = *username
 		}
-		if set["password"] {
-			cfg.Password = *password
+		if err := applyPassword(set, *passwordFile, &cfg.Password); err != nil {
+			fmt.Fprintf(stderr, "sagactl: %v\n", err)
+			return 2
 		}
 	}
 	if set["replication"] {

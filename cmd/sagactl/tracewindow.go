@@ -57,7 +57,7 @@ flags:
                         {trace_id} (the saga's OpenTelemetry trace id) and {tx_id}
                         replaced, e.g. http://localhost:16686/trace/{trace_id}
   --service, --region, --cluster, --config, --hosts, --keyspace,
-  --local-datacenter, --username, --password   as for sagactl list
+  --local-datacenter, --username, --password-file   as for sagactl list
   --timeout D           bound on connecting to Cassandra (default 2m)
 
 exit codes: 0 stopped by a signal, 1 runtime error, 2 usage error.
