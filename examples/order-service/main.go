@@ -53,7 +53,7 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", ":8080", "HTTP listen address")
+	addr := flag.String("addr", "127.0.0.1:8080", "HTTP listen address (loopback by default: its API and Trace Window read every saga's data; bind wider only behind authentication)")
 	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
 	cass := flag.String("cassandra", os.Getenv("CASSANDRA_HOSTS"), "Cassandra contact points for the event store, comma-separated (default $CASSANDRA_HOSTS; empty: in-memory store, lost on restart)")
 	keyspace := flag.String("keyspace", "stacksaga_event_store", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
