@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 )
@@ -237,6 +238,12 @@ func ApplySchemaWithConfig(ctx context.Context, cfg Config) error {
 func applySchemaWith(ctx context.Context, cfg Config, tlsCfg *tls.Config) error {
 	cluster := cfg.clusterWith(tlsCfg, nil, nil)
 	cluster.Keyspace = ""
+	// A DDL statement waits for the node to write the schema and for the
+	// cluster to agree on it, which takes seconds more than a query on a
+	// loaded node: the schema session allows at least schemaTimeout.
+	if cluster.Timeout < schemaTimeout {
+		cluster.Timeout, cluster.WriteTimeout = schemaTimeout, schemaTimeout
+	}
 	session, err := cluster.CreateSession()
 	if err != nil {
 		return fmt.Errorf("cassandra: connect to %v: %w", cfg.ContactPoints, err)
@@ -244,6 +251,10 @@ func applySchemaWith(ctx context.Context, cfg Config, tlsCfg *tls.Config) error 
 	defer session.Close()
 	return ApplySchema(ctx, session, cfg.Keyspace, cfg.Replication)
 }
+
+// schemaTimeout is the least request timeout of the session that applies
+// the schema.
+const schemaTimeout = time.Minute
 
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
