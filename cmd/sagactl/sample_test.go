@@ -33,6 +33,6 @@ func TestSampleConfigOnOneNode(t *testing.T) {
 		t.Fatalf("show --config %s: exit %d: %s%s", sample, code, out, errOut)
 	}
 	if code == 0 || !strings.Contains(errOut, "no such saga in default/default/order-service") {
-		t.Fatalf("show of an unknown saga: exit %d, stderr %q; want "no such saga" in the sample's scope", code, errOut)
+		t.Fatalf("show of an unknown saga: exit %d, stderr %q; want no such saga in the sample's scope", code, errOut)
 	}
 }
