@@ -163,7 +163,7 @@ func newBrowserRig(t *testing.T) *browserRig {
 	runInBackground(t, "orchestrator", o.Run, o.Running())
 
 	h, err := tracewindow.New(store, scope, tracewindow.WithIndex(idx), tracewindow.WithRefresh(500*time.Millisecond),
-		tracewindow.WithTraceLink(traceLinkTemplate))
+		tracewindow.WithTraceLink(traceLinkTemplate), tracewindow.WithAnonymousReads())
 	if err != nil {
 		t.Fatal(err)
 	}

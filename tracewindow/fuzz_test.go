@@ -23,7 +23,7 @@ var fuzzHandler = sync.OnceValues(func() (http.Handler, error) {
 	store := memory.New() // lives as long as the test process
 	idx := tracewindow.NewMemoryIndex(0)
 	ok := func(context.Context, string) error { return nil }
-	return tracewindow.New(store, scope, tracewindow.WithIndex(idx), tracewindow.WithAdmin(tracewindow.Admin{
+	return tracewindow.New(store, scope, tracewindow.WithIndex(idx), tracewindow.WithReadToken(fuzzToken+"-read"), tracewindow.WithAdmin(tracewindow.Admin{
 		Token: fuzzToken, Restore: ok, Redrive: ok, Resend: ok,
 		Resume: func(context.Context, string, string, json.RawMessage) error { return nil },
 	}))

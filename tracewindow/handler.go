@@ -114,6 +114,9 @@ type config struct {
 	healthTTL    time.Duration
 	refresh      time.Duration
 	traceLink    string
+	readToken    string
+	authorize    func(*http.Request) error
+	anonymous    bool
 }
 
 // WithIndex sets the listing index (see Index). Without one, the Trace
@@ -146,6 +149,35 @@ func WithRecovery(cfg recovery.Config) Option { return func(c *config) { c.rcfg 
 
 // WithAdmin enables the admin actions of a (see Admin).
 func WithAdmin(a Admin) Option { return func(c *config) { c.admin = &a } }
+
+// WithReadToken requires every API request (reads included) to carry
+// Authorization: Bearer <token>; the admin token (WithAdmin) reads too. The
+// token must be at least MinTokenLen bytes. The page asks for it when a
+// read is refused. The page's own files (HTML, script, style) hold no saga
+// data and are served without it.
+func WithReadToken(token string) Option { return func(c *config) { c.readToken = token } }
+
+// WithAuthorizer calls authorize on every API request before anything else
+// (reads and admin actions): a non-nil error refuses it with 403 and a
+// generic body, the error going to the log. It is the place for an OIDC
+// session check, a client certificate (r.TLS) or the identity header of an
+// authenticating proxy in front. With WithReadToken as well, a request needs
+// both.
+func WithAuthorizer(authorize func(r *http.Request) error) Option {
+	return func(c *config) { c.authorize = authorize }
+}
+
+// WithAnonymousReads serves every saga's data (payloads: customer data,
+// amounts, references) to anyone who can reach the handler, without
+// credentials. Use it only on loopback or behind a proxy that
+// authenticates; New logs a warning. Without it, New requires
+// WithReadToken or WithAuthorizer.
+func WithAnonymousReads() Option { return func(c *config) { c.anonymous = true } }
+
+// ErrNoReadAuth is returned by New when no read authentication is
+// configured (WithReadToken, WithAuthorizer) and anonymous reads were not
+// asked for explicitly (WithAnonymousReads).
+var ErrNoReadAuth = errors.New("tracewindow: reads need WithReadToken or WithAuthorizer (or WithAnonymousReads to serve every saga's data to anyone who can reach the handler)")
 
 // WithHealthWindow sets how far back the health counts look at saga
 // creation times. Default: the transaction lifetime of the recovery
@@ -191,6 +223,7 @@ type Handler struct {
 	cfg   config
 	cop   *http.CrossOriginProtection
 	token [32]byte // sha256 of the admin token
+	read  [32]byte // sha256 of the read token
 
 	healthMu  sync.Mutex
 	healthAt  time.Time
@@ -219,6 +252,19 @@ func New(store eventstore.Store, scope eventstore.Scope, opts ...Option) (*Handl
 		}
 	}
 	h := &Handler{store: store, scope: scope, cfg: cfg, cop: http.NewCrossOriginProtection()}
+	switch {
+	case cfg.readToken != "":
+		if len(cfg.readToken) < MinTokenLen {
+			return nil, fmt.Errorf("tracewindow: the read token must be at least %d bytes", MinTokenLen)
+		}
+		h.read = sha256.Sum256([]byte(cfg.readToken))
+	case cfg.authorize != nil:
+	case cfg.anonymous:
+		cfg.logger.Warn("tracewindow: reads are anonymous: anyone who can reach this handler reads every saga's data; " +
+			"keep it on loopback or behind an authenticating proxy, or set WithReadToken or WithAuthorizer")
+	default:
+		return nil, ErrNoReadAuth
+	}
 	if a := cfg.admin; a != nil {
 		if len(a.actions()) == 0 {
 			return nil, errors.New("tracewindow: WithAdmin enables no action (set Restore, Redrive, Resend or Resume)")
@@ -301,6 +347,9 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 
 // serveAPI routes /api/<rest>.
 func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, rest string) {
+	if !h.authorized(w, r) {
+		return
+	}
 	parts := strings.Split(rest, "/")
 	get := func(f func(http.ResponseWriter, *http.Request)) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -333,6 +382,38 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, rest string) 
 	default:
 		writeError(w, http.StatusNotFound, "no such API route: /api/%s", rest)
 	}
+}
+
+// authorized runs the authorizer and checks the read token of an API
+// request; it answers a refused one itself (401 or 403, generic bodies; the
+// reason goes to the log).
+func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if f := h.cfg.authorize; f != nil {
+		if err := f(r); err != nil {
+			h.cfg.logger.Warn("tracewindow: request refused by the authorizer", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+			writeError(w, http.StatusForbidden, "forbidden")
+			return false
+		}
+	}
+	if h.cfg.readToken == "" {
+		return true
+	}
+	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="stacksaga-trace-window"`)
+		writeError(w, http.StatusUnauthorized, "authentication required: Authorization: Bearer <token>")
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	okRead := subtle.ConstantTimeCompare(sum[:], h.read[:]) == 1
+	okAdmin := h.cfg.admin != nil && subtle.ConstantTimeCompare(sum[:], h.token[:]) == 1
+	if !okRead && !okAdmin {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="stacksaga-trace-window", error="invalid_token"`)
+		h.cfg.logger.Warn("tracewindow: request refused: wrong token", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		writeError(w, http.StatusUnauthorized, "wrong token")
+		return false
+	}
+	return true
 }
 
 // ConfigDoc is the body of GET /api/config.
@@ -392,10 +473,11 @@ func (h *Handler) apiDomains(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"domains": ds})
 }
 
-// storeError answers a failed read: 503, logged.
+// storeError answers a failed read: 503 with a generic body (the store's
+// error names hosts and driver internals: it goes to the log only).
 func (h *Handler) storeError(w http.ResponseWriter, what string, err error) {
 	h.cfg.logger.Warn("tracewindow: "+what+" failed", "err", err)
-	writeError(w, http.StatusServiceUnavailable, "%s: %v", what, err)
+	writeError(w, http.StatusServiceUnavailable, "%s failed: the event store did not answer; try again (details are in the server's log)", what)
 }
 
 // ListRow is one saga of a list.

@@ -3,6 +3,7 @@ package tracewindow_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -202,7 +203,7 @@ func newFixture(t *testing.T, opts ...tracewindow.Option) *fixture {
 			t.Fatal(err)
 		}
 	}
-	base2 := []tracewindow.Option{tracewindow.WithIndex(f.idx), tracewindow.WithClock(f.clock), tracewindow.WithHealthCache(0)}
+	base2 := []tracewindow.Option{tracewindow.WithIndex(f.idx), tracewindow.WithClock(f.clock), tracewindow.WithHealthCache(0), tracewindow.WithAnonymousReads()}
 	h, err := tracewindow.New(f.store, f.scope, append(base2, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -669,7 +670,7 @@ func TestAPIHealth(t *testing.T) {
 
 func TestNoIndex(t *testing.T) {
 	f := newFixture(t)
-	h, err := tracewindow.New(f.store, f.scope)
+	h, err := tracewindow.New(f.store, f.scope, tracewindow.WithAnonymousReads())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -807,7 +808,7 @@ func TestAdminTokenAndCSRF(t *testing.T) {
 
 // newFixtureWith re-serves f with the admin actions enabled.
 func newFixtureWith(t *testing.T, f *fixture) *fixture {
-	h, err := tracewindow.New(f.store, f.scope, tracewindow.WithIndex(f.idx), tracewindow.WithClock(f.clock), f.adminOpts(t))
+	h, err := tracewindow.New(f.store, f.scope, tracewindow.WithIndex(f.idx), tracewindow.WithClock(f.clock), f.adminOpts(t), tracewindow.WithAnonymousReads())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -823,14 +824,19 @@ func TestNewValidates(t *testing.T) {
 	scope := eventstore.Scope{Region: "r", Cluster: "c", Service: "s"}
 	redrive := func(context.Context, string) error { return nil }
 	for name, opts := range map[string][]tracewindow.Option{
-		"short token": {tracewindow.WithAdmin(tracewindow.Admin{Token: "short", Redrive: redrive})},
-		"no action":   {tracewindow.WithAdmin(tracewindow.Admin{Token: token})},
+		"short token":      {tracewindow.WithAdmin(tracewindow.Admin{Token: "short", Redrive: redrive}), tracewindow.WithAnonymousReads()},
+		"no action":        {tracewindow.WithAdmin(tracewindow.Admin{Token: token}), tracewindow.WithAnonymousReads()},
+		"short read token": {tracewindow.WithReadToken("short")},
+		"no read auth":     {tracewindow.WithAdmin(tracewindow.Admin{Token: token, Redrive: redrive})},
 	} {
 		if _, err := tracewindow.New(s, scope, opts...); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := tracewindow.New(s, eventstore.Scope{}); err == nil {
+	if _, err := tracewindow.New(s, scope); !errors.Is(err, tracewindow.ErrNoReadAuth) {
+		t.Errorf("no read authentication: %v, want ErrNoReadAuth", err)
+	}
+	if _, err := tracewindow.New(s, eventstore.Scope{}, tracewindow.WithAnonymousReads()); err == nil {
 		t.Error("empty scope: no error")
 	}
 }

@@ -17,7 +17,7 @@ func TestPasswordFlagRefused(t *testing.T) {
 		{"list", "frozen", "--service", "s", "--password", secret},
 		{"show", "tx", "--service", "s", "--password", secret},
 		{"schema", "apply", "--password", secret},
-		{"trace-window", "--service", "s", "--password", secret},
+		{"trace-window", "--service", "s", "--anonymous-reads", "--password", secret},
 	} {
 		code, out, errOut := sagactl(t, args...)
 		if code == 0 {

@@ -28,6 +28,10 @@ import (
 // show it in the process list).
 const envTraceWindowToken = "STACKSAGA_TRACE_WINDOW_TOKEN"
 
+// envTraceWindowReadToken holds the bearer token that reads (the admin token
+// reads too).
+const envTraceWindowReadToken = "STACKSAGA_TRACE_WINDOW_READ_TOKEN"
+
 const traceWindowUsage = `usage:
   sagactl trace-window --service NAME [--addr 127.0.0.1:8088] [--config FILE] [flags]
 
@@ -41,6 +45,12 @@ Finding a saga by transaction id needs nothing else. Listing recent sagas
 table es_transactions_by_bucket that the orchestrator service writes when it
 wires tracewindow/cassandraindex; without it the list says so.
 
+Every API read needs a bearer token: the one in
+STACKSAGA_TRACE_WINDOW_READ_TOKEN, or the admin token (which reads too); the
+page asks for it. --anonymous-reads serves every saga's data to anyone who
+can reach the address instead: only on loopback or behind a proxy that
+authenticates.
+
 It is read-only unless --admin is given: then the saga page offers restore
 (recovery.Restore: a DISABLED, COMPENSATION_FAILED or RETRY_PENDING saga goes
 back to the retry nodes, as sagactl restore does), authorised by the bearer
@@ -51,6 +61,7 @@ flags:
   --addr HOST:PORT      where to listen (default 127.0.0.1:8088; keep it on
                         loopback or behind an authenticating proxy)
   --admin               enable the restore action (needs the token)
+  --anonymous-reads     serve reads without a token (see above)
   --health-window D     how far back the health counts look (default: the
                         transaction lifetime of --config, 24h)
   --trace-link TEMPLATE link to your tracing UI on the saga page, with
@@ -68,6 +79,7 @@ func runTraceWindow(ctx context.Context, args []string, stdout, stderr io.Writer
 	f := newAdminFlags("trace-window")
 	addr := f.fs.String("addr", "127.0.0.1:8088", "listen address")
 	admin := f.fs.Bool("admin", false, "enable admin actions")
+	anonymous := f.fs.Bool("anonymous-reads", false, "serve reads without a token")
 	healthWindow := f.fs.Duration("health-window", 0, "health window")
 	traceLink := f.fs.String("trace-link", "", "tracing UI link template")
 	pos, err := f.parse(args)
@@ -91,6 +103,13 @@ func runTraceWindow(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *admin && len(token) < tracewindow.MinTokenLen {
 		return failf(stderr, exitUsage, "trace-window: --admin needs a token of at least %d bytes in %s", tracewindow.MinTokenLen, envTraceWindowToken)
 	}
+	readToken := strings.TrimSpace(os.Getenv(envTraceWindowReadToken))
+	if readToken != "" && len(readToken) < tracewindow.MinTokenLen {
+		return failf(stderr, exitUsage, "trace-window: %s must be at least %d bytes", envTraceWindowReadToken, tracewindow.MinTokenLen)
+	}
+	if readToken == "" && *admin {
+		readToken = token // the admin token reads too
+	}
 	set := f.set()
 	var data []byte
 	if *f.config != "" {
@@ -101,6 +120,10 @@ func runTraceWindow(ctx context.Context, args []string, stdout, stderr io.Writer
 	scope, err := resolveScope(f, set, data)
 	if err != nil {
 		return failf(stderr, exitUsage, "trace-window: %v", err)
+	}
+	if readToken == "" && !*anonymous {
+		return failf(stderr, exitUsage, "trace-window: reads need a token of at least %d bytes in %s (or %s with --admin), or --anonymous-reads",
+			tracewindow.MinTokenLen, envTraceWindowReadToken, envTraceWindowToken)
 	}
 	ccfg, err := cassandraConfig(f, set)
 	if err != nil {
@@ -147,13 +170,20 @@ func runTraceWindow(ctx context.Context, args []string, stdout, stderr io.Writer
 		opts = append(opts, tracewindow.WithTraceLink(*traceLink))
 	}
 	mode := "read-only"
+	if readToken != "" {
+		opts = append(opts, tracewindow.WithReadToken(readToken))
+		mode += ", reads need a bearer token"
+	} else {
+		opts = append(opts, tracewindow.WithAnonymousReads())
+		mode += ", anonymous reads"
+	}
 	if *admin {
 		w, err := recovery.NewWriter(store, rcfg, recovery.WithClock(now), recovery.WithLogger(logger))
 		if err != nil {
 			return failf(stderr, exitFailure, "%v", err)
 		}
 		opts = append(opts, tracewindow.WithAdmin(tracewindow.Admin{Token: token, Restore: tracewindow.RecoveryRestore(store, w, scope, now)}))
-		mode = "admin actions: restore (bearer token from " + envTraceWindowToken + ")"
+		mode = "admin actions: restore (bearer token from " + envTraceWindowToken + ")" + strings.TrimPrefix(mode, "read-only")
 	}
 	h, err := tracewindow.New(store, scope, opts...)
 	if err != nil {

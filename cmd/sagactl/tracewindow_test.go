@@ -39,6 +39,7 @@ func (s *syncBuffer) String() string {
 func TestTraceWindowUsage(t *testing.T) {
 	clearAdminEnv(t)
 	t.Setenv(envTraceWindowToken, "")
+	t.Setenv(envTraceWindowReadToken, "")
 	code, out, _ := sagactl(t, "trace-window", "-h")
 	if code != exitOK || !strings.Contains(out, "sagactl trace-window --service NAME") {
 		t.Fatalf("-h: %d %q", code, out)
@@ -50,6 +51,7 @@ func TestTraceWindowUsage(t *testing.T) {
 		{[]string{"trace-window", "extra", "--service", "s"}, "unexpected arguments"},
 		{[]string{"trace-window", "--nope"}, "flag provided but not defined"},
 		{[]string{"trace-window", "--service", "s", "--admin"}, envTraceWindowToken},
+		{[]string{"trace-window", "--service", "s"}, "reads need a token of at least 16 bytes in " + envTraceWindowReadToken},
 		{[]string{"trace-window"}, "no service"},
 		{[]string{"trace-window", "--service", "s", "--timeout", "0s"}, "--timeout"},
 	} {
@@ -87,6 +89,7 @@ func TestTraceWindowServesFromTheStore(t *testing.T) {
 
 	const tok = "an-operator-token-0123456789"
 	t.Setenv(envTraceWindowToken, tok)
+	t.Setenv(envTraceWindowReadToken, "")
 	var stdout, stderr syncBuffer
 	sctx, stop := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
@@ -111,9 +114,20 @@ func TestTraceWindowServesFromTheStore(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	// Reads need a token: the admin token reads too.
+	if res, err := http.Get(base + "api/sagas?limit=10"); err != nil || res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("anonymous read: %v %v, want 401", res, err)
+	} else {
+		res.Body.Close()
+	}
 	getJSON := func(path string, v any) int {
 		t.Helper()
-		res, err := http.Get(base + path)
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,6 +39,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -60,7 +61,10 @@ func main() {
 	metricsAddr := flag.String("metrics-addr", os.Getenv(placeorder.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+placeorder.EnvMetricsAddr+"; empty: no metrics)")
 	traceLink := flag.String("trace-link", "", "the Trace Window links each saga's trace id with this URL template ({trace_id}, {tx_id}), e.g. http://127.0.0.1:16686/trace/{trace_id} for Jaeger")
 	flag.Parse()
-	tw := traceWindowConfig{link: *traceLink, token: os.Getenv(envTraceWindowToken)}
+	tw := traceWindowConfig{link: *traceLink, token: os.Getenv(envTraceWindowToken), readToken: os.Getenv(envTraceWindowReadToken)}
+	// Without a token, the Trace Window's reads are anonymous only while the
+	// service listens on loopback alone.
+	tw.anonymous = loopbackOnly(*addr)
 	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace, *metricsAddr, tw); err != nil {
 		slog.Error("order-service stopped", "err", err)
 		os.Exit(1)
@@ -173,4 +177,18 @@ func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keys
 		return nil, err
 	}
 	return &service{o: o, traceWindow: tw, close: closeAll}, nil
+}
+
+// loopbackOnly reports whether the listen address addr binds loopback only
+// (127.0.0.0/8, ::1 or localhost; not ":8080" or 0.0.0.0).
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -19,6 +19,10 @@ import (
 // bearer token (the same variable as `sagactl trace-window --admin`).
 const envTraceWindowToken = "STACKSAGA_TRACE_WINDOW_TOKEN"
 
+// envTraceWindowReadToken is the bearer token the Trace Window's reads need
+// (the admin token reads too).
+const envTraceWindowReadToken = "STACKSAGA_TRACE_WINDOW_READ_TOKEN"
+
 // traceWindowPrefix is where the service mounts its Trace Window.
 const traceWindowPrefix = "/trace-window"
 
@@ -27,8 +31,27 @@ type traceWindowConfig struct {
 	// link is the trace link template (tracewindow.WithTraceLink; empty:
 	// no link).
 	link string
-	// token, when set, enables the admin actions behind it.
+	// token, when set, enables the admin actions behind it; it reads too.
 	token string
+	// readToken, when set, is the token reads need.
+	readToken string
+	// anonymous serves reads without a token when neither token is set:
+	// main sets it only for a loopback listen address.
+	anonymous bool
+}
+
+// readAuth is the Trace Window option that authenticates reads, or an error
+// naming the variables to set.
+func (c traceWindowConfig) readAuth() (tracewindow.Option, error) {
+	switch {
+	case c.readToken != "":
+		return tracewindow.WithReadToken(c.readToken), nil
+	case c.token != "":
+		return tracewindow.WithReadToken(c.token), nil
+	case c.anonymous:
+		return tracewindow.WithAnonymousReads(), nil
+	}
+	return nil, fmt.Errorf("trace window: reads need %s (or %s): this service listens beyond loopback", envTraceWindowReadToken, envTraceWindowToken)
 }
 
 // orderScope is the scope the order-service's orchestrator writes its sagas
@@ -56,7 +79,11 @@ func newTraceWindow(o *orchestrator.Orchestrator[placeorder.Order], idx tracewin
 	if o.Scope() != orderScope {
 		return nil, fmt.Errorf("trace window: orchestrator scope %+v, the index is fed %+v", o.Scope(), orderScope)
 	}
-	opts := []tracewindow.Option{tracewindow.WithIndex(idx)}
+	auth, err := c.readAuth()
+	if err != nil {
+		return nil, err
+	}
+	opts := []tracewindow.Option{tracewindow.WithIndex(idx), auth}
 	if c.link != "" {
 		opts = append(opts, tracewindow.WithTraceLink(c.link))
 	}

@@ -17,7 +17,12 @@ const testAdminToken = "order-service-test-token"
 
 func getJSON(t *testing.T, url string, v any) int {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testAdminToken) // the admin token reads too
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +59,13 @@ func TestTraceWindowMounted(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "<html") {
 		t.Fatalf("GET %s: %d, want the page\n%.300s", tw, resp.StatusCode, page)
+	}
+
+	// Reads need a token (here the admin token, which reads too).
+	if resp, err := http.Get(tw + "/api/sagas"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("anonymous read: %v %v, want 401", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	// The listing is fed by the orchestrator's listener: wait for it to see
@@ -122,5 +134,24 @@ func TestTraceWindowMounted(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusNotFound {
 		t.Errorf("POST %s with the token: %d, want it past the auth check", tracewindow.ActionResend, resp.StatusCode)
+	}
+}
+
+// Without a token the Trace Window reads anonymously only on loopback; a
+// service listening wider refuses to start without one.
+func TestTraceWindowReadAuth(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "localhost:8080": true, "[::1]:8080": true,
+		":8080": false, "0.0.0.0:8080": false, "10.0.0.5:8080": false, "orders.internal:8080": false} {
+		if got := loopbackOnly(addr); got != want {
+			t.Errorf("loopbackOnly(%q) = %v, want %v", addr, got, want)
+		}
+	}
+	if _, err := (traceWindowConfig{}).readAuth(); err == nil || !strings.Contains(err.Error(), envTraceWindowReadToken) {
+		t.Errorf("no token, not loopback: %v, want an error naming %s", err, envTraceWindowReadToken)
+	}
+	for _, c := range []traceWindowConfig{{anonymous: true}, {token: testAdminToken}, {readToken: "a-read-token-0123456789"}} {
+		if _, err := c.readAuth(); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
 	}
 }

@@ -73,14 +73,25 @@
 
   // ---- API ---------------------------------------------------------------
 
+  // api fetches api/<path>, sending the bearer token the user gave (a read
+  // token, or the admin token, which reads too). A read refused with 401
+  // asks for a token and starts the page again with it.
   function api(path, opts) {
-    return fetch('api/' + path, opts || { headers: { 'Accept': 'application/json' } }).then(function (res) {
+    opts = opts || { headers: { 'Accept': 'application/json' } };
+    if (S.token) {
+      var h = {};
+      Object.keys(opts.headers || {}).forEach(function (k) { h[k] = opts.headers[k]; });
+      h['Authorization'] = 'Bearer ' + S.token;
+      opts.headers = h;
+    }
+    return fetch('api/' + path, opts).then(function (res) {
       return res.text().then(function (text) {
         var body = null;
         try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
         if (!res.ok) {
           var err = new Error((body && body.error) || (res.status + ' ' + res.statusText));
           err.status = res.status;
+          if (res.status === 401 && (!opts.method || opts.method === 'GET')) askReadToken();
           throw err;
         }
         return body;
@@ -140,6 +151,11 @@
       btn.textContent = S.token ? 'Admin token set' : 'Admin token';
       btn.addEventListener('click', function () { showTokenPanel(); });
     }
+  }
+
+  // initTokenPanel wires the token form; it runs before the configuration is
+  // read, since reading it may already need a token.
+  function initTokenPanel() {
     $('token-form').addEventListener('submit', function (ev) {
       ev.preventDefault();
       setToken($('token-input').value.trim());
@@ -148,6 +164,16 @@
     });
     $('token-forget').addEventListener('click', function () { setToken(''); $('token-panel').hidden = true; });
     $('token-cancel').addEventListener('click', function () { S.afterToken = null; $('token-panel').hidden = true; });
+  }
+
+  // askReadToken shows the token panel after a refused read; the page starts
+  // again once a token is given.
+  function askReadToken() {
+    if (!$('token-panel').hidden) return;
+    if (S.token) setToken(''); // it was refused
+    $('token-label').textContent = 'This Trace Window needs a bearer token to read (kept in this tab only, never in a cookie)';
+    S.afterToken = function () { location.reload(); };
+    showTokenPanel();
   }
 
   function showTokenPanel() {
@@ -633,6 +659,7 @@
   // ---- start ------------------------------------------------------------------
 
   function start() {
+    initTokenPanel();
     api('config').then(function (c) {
       S.config = c;
       initHeader();
