@@ -33,6 +33,10 @@ var scenarios = []scenario{
 	{"TokenRangeExcludingAnInstance", testTokenRange},
 	{"LeaseExpiringMidScan", testLeaseExpiring},
 	{"SecondWindows", testSecondWindows},
+	{"RedriveBoundedByRange", testRedriveBoundedByRange},
+	{"RedriveCancelledWhenRangeExpires", testRedriveCancelledWhenRangeExpires},
+	{"RedriveMargin", testRedriveMargin},
+	{"RangeMovesMidBucket", testRangeMovesMidBucket},
 }
 
 // Bucket indexes roll over every bucket-size rows per instance, window and
