@@ -229,7 +229,9 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 // redrivePaused handles a directory entry of a PAUSED saga: a resume
 // claimed through the store alone (sagactl resume) is continued; a pause
 // whose deadline passed re-invokes its step against the entity as it was
-// before it; otherwise the entry is registered again for later.
+// before it (from the deadline's entry or from the saga's restore
+// watchdog, which is then re-armed); otherwise the entry is registered
+// again for later.
 func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Transaction, restore bool) error {
 	m, err := o.store.GetMarker(ctx, eventstore.ResumeClaimKey(o.scope, tx.TxID, tx.Span, tx.Kind, tx.Attempt))
 	switch {
@@ -251,17 +253,22 @@ func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Trans
 		return err
 	}
 	now := o.cfg.now()
-	if tx.PausedUntil.IsZero() || restore {
+	if tx.PausedUntil.IsZero() || (restore && now.Before(tx.PausedUntil)) {
 		return recovery.Later(0, "paused") // the watchdog keeps watching
 	}
 	if now.Before(tx.PausedUntil) {
 		return recovery.Later(int(tx.PausedUntil.Sub(now)/o.win.Interval())+1, "pause deadline not reached")
 	}
+	// The deadline passed. The watchdog fires it too: the deadline's own
+	// entry may never have been registered (pause logs that).
 	won, _, err := o.claim(ctx, &tx, eventstore.ClaimDeadline, nil)
-	if err != nil || !won {
-		return err // a resume (or another node) got there first
+	if err == nil && won {
+		err = o.reinvoke(ctx, tx.TxID, tx.Span, tx.Kind, tx.Attempt)
+	} // else a resume (or another node) got there first
+	if err == nil && restore {
+		return recovery.Later(0, "pause deadline passed; watchdog re-armed")
 	}
-	return o.reinvoke(ctx, tx.TxID, tx.Span, tx.Kind, tx.Attempt)
+	return err
 }
 
 // reinvoke sends the paused step again, with the next attempt, against the

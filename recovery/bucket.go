@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 )
 
-// scanBucket re-drives the rows of one tier-5 partition and drops it (then
-// its tier-4 row) if every row was re-driven and the pass was not halted.
-// It reports whether the bucket is gone.
-func (p *pass) scanBucket(ctx context.Context, path eventstore.RecoveryPath) bool {
+// scanBucket re-drives the rows of one tier-5 partition of the instance of
+// token and drops it (then its tier-4 row) if every row was re-driven and
+// the pass was not halted. It reports whether the bucket is gone.
+func (p *pass) scanBucket(ctx context.Context, path eventstore.RecoveryPath, token int64) bool {
 	e := p.e
 	k := keyOf(path)
 	p.count(func(r *Result) { r.Buckets++ })
@@ -25,7 +26,7 @@ func (p *pass) scanBucket(ctx context.Context, path eventstore.RecoveryPath) boo
 	)
 pages:
 	for {
-		if p.halted(ctx) {
+		if _, ok := p.owns(ctx, token); !ok {
 			complete = false
 			break
 		}
@@ -47,14 +48,15 @@ pages:
 				complete = false
 				break pages
 			}
-			if p.halted(ctx) {
+			until, ok := p.owns(ctx, token)
+			if !ok {
 				<-e.sem
 				complete = false
 				break pages
 			}
 			wg.Go(func() {
 				defer func() { <-e.sem }()
-				if p.dispatch(ctx, en) {
+				if p.dispatch(ctx, en, until) {
 					e.remember(k, en.TxID)
 				} else {
 					failed.Add(1)
@@ -66,7 +68,7 @@ pages:
 		}
 	}
 	wg.Wait()
-	if !complete || failed.Load() > 0 || p.halted(ctx) {
+	if _, ok := p.owns(ctx, token); !complete || failed.Load() > 0 || !ok {
 		p.count(func(r *Result) { r.BucketsKept++ })
 		return false
 	}
@@ -87,10 +89,15 @@ pages:
 	return true
 }
 
-// dispatch re-drives one entry and reports whether it is handled.
-func (p *pass) dispatch(ctx context.Context, en eventstore.RecoveryEntry) (ok bool) {
+// dispatch re-drives one entry and reports whether it is handled. The
+// Redrive call's context ends when the pass stops or the node's range
+// expires (at until, on the engine's clock); registering a Later entry
+// again uses ctx.
+func (p *pass) dispatch(ctx context.Context, en eventstore.RecoveryEntry, until time.Time) (ok bool) {
 	e := p.e
 	p.count(func(r *Result) { r.Dispatched++ })
+	rctx, cancel := context.WithTimeout(p.rctx, until.Sub(e.now()))
+	defer cancel()
 	defer func() {
 		if v := recover(); v != nil {
 			e.log.Error("recovery: Redrive panicked", "tx", en.TxID, "path", fmtPath(en.RecoveryPath), "panic", v)
@@ -98,7 +105,7 @@ func (p *pass) dispatch(ctx context.Context, en eventstore.RecoveryEntry) (ok bo
 			ok = false
 		}
 	}()
-	err := e.redriver.Redrive(ctx, en)
+	err := e.redriver.Redrive(rctx, en)
 	switch {
 	case err == nil:
 		p.count(func(r *Result) {
@@ -125,7 +132,7 @@ func (p *pass) dispatch(ctx context.Context, en eventstore.RecoveryEntry) (ok bo
 		p.count(func(r *Result) { r.Rescheduled++ })
 		return true
 	default:
-		if ctx.Err() == nil {
+		if rctx.Err() == nil {
 			e.log.Warn("recovery: re-drive failed; the bucket is kept", "tx", en.TxID, "path", fmtPath(en.RecoveryPath), "err", err)
 		}
 		p.count(func(r *Result) { r.Failed++ })

@@ -13,7 +13,7 @@ import (
 // finished its own part of a window cannot know that the others did.
 func (p *pass) compactWindow(ctx context.Context, d time.Time, slot int, w Window) bool {
 	e := p.e
-	if r, ok := e.lease(); !ok || !IsNode0(r) {
+	if r, _, ok := e.lease(); !ok || !IsNode0(r) {
 		return false
 	}
 	left, err := e.dir.HasInstances(ctx, e.scope, d, slot)
@@ -36,7 +36,7 @@ func (p *pass) compactWindow(ctx context.Context, d time.Time, slot int, w Windo
 // over and no window of it is left (read again, not assumed).
 func (p *pass) compactDay(ctx context.Context, d time.Time) {
 	e := p.e
-	if r, ok := e.lease(); !ok || !IsNode0(r) || e.now().Before(e.ws.DayEnd(d)) {
+	if r, _, ok := e.lease(); !ok || !IsNode0(r) || e.now().Before(e.ws.DayEnd(d)) {
 		return
 	}
 	slots, err := e.dir.ListWindows(ctx, e.scope, d)

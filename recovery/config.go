@@ -119,7 +119,9 @@ type Config struct {
 	// (concurrency). Default 100.
 	Concurrency int
 	// LookbackDays is how many days before today a retry node scans
-	// (lookback-days; 0: today only). Default 2.
+	// (lookback-days), at least 1: the last window of a day is sealed at
+	// midnight, so a scan that read today only would never read it.
+	// Default 2.
 	LookbackDays int
 	// PageSize is the number of tier-5 rows read per request (page-size).
 	// Default 1000.
@@ -250,8 +252,8 @@ func (c Config) check(p *yamlconfig.Problems, intervalKey string) {
 	}
 	atLeast(keyConcurrency, c.Concurrency, 1)
 	atLeast(keyPageSize, c.PageSize, 1)
-	if c.LookbackDays < 0 || c.LookbackDays > MaxLookbackDays {
-		p.Add(keyLookback, "must be 0..%d, got %d", MaxLookbackDays, c.LookbackDays)
+	if c.LookbackDays < 1 || c.LookbackDays > MaxLookbackDays {
+		p.Add(keyLookback, "must be 1..%d (the last window of a day is sealed at midnight: with 0 it would never be scanned), got %d", MaxLookbackDays, c.LookbackDays)
 	}
 	if ValidInterval(c.Interval) == nil {
 		long := func(key string, windows int) {

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -132,8 +136,8 @@ func TestLoadConfigForms(t *testing.T) {
 			func(c Config) bool { return c.TransactionLifetime == 48*time.Hour }},
 		{"lifetime (example key, ISO)", "stacksaga:\n  cassandra:\n    transaction:\n      lifetime: P2D\n",
 			func(c Config) bool { return c.TransactionLifetime == 48*time.Hour }},
-		{"lookback 0", "stacksaga:\n  cassandra:\n    recovery:\n      lookback-days: 0\n",
-			func(c Config) bool { return c.LookbackDays == 0 }},
+		{"lookback 1", "stacksaga:\n  cassandra:\n    recovery:\n      lookback-days: 1\n",
+			func(c Config) bool { return c.LookbackDays == 1 }},
 		{"default retry policy", "stacksaga:\n  cassandra:\n    recovery:\n      retry:\n        domains:\n          default:\n            max-attempts: 4\n            backoff-multiplier: 1.5\n            max-delay-windows: 10\n            jitter: 0.5\n",
 			func(c Config) bool {
 				return c.Retry.Default == RetryPolicy{DelayWindows: 1, MaxAttempts: 4, BackoffMultiplier: 1.5, MaxDelayWindows: 10, Jitter: 0.5}
@@ -242,7 +246,7 @@ stacksaga:
 `, nil, []string{
 			p + "recovery.bucket-size: must be 1..100000 (a restore scan",
 			p + "recovery.concurrency: must be at least 1, got -3",
-			p + "recovery.lookback-days: must be 0..1000, got 5000",
+			p + "recovery.lookback-days: must be 1..1000",
 			p + "recovery.page-size: not an integer",
 			p + "recovery.retry.domains.default.delay-windows: must be 1..",
 			p + "recovery.retry.domains.default.jitter: must be 0..1, got 2",
@@ -285,6 +289,33 @@ stacksaga:
 				}
 			}
 		})
+	}
+}
+
+// lookback-days 0 would scan today only: the last window of each day,
+// sealed at midnight, would never be scanned (issue 35.11). It is refused,
+// from YAML, from the environment and in a Config, naming the key.
+func TestLookbackDaysZeroIsRefused(t *testing.T) {
+	const key = "stacksaga.cassandra.recovery.lookback-days: must be 1..1000"
+	_, err := LoadConfigWithEnv([]byte("stacksaga:\n  cassandra:\n    recovery:\n      lookback-days: 0\n"), noEnv)
+	if err == nil || !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), key) {
+		t.Errorf("YAML lookback-days 0: %v", err)
+	}
+	_, err = LoadConfigWithEnv(nil, envMap(map[string]string{EnvLookbackDays: "0"}))
+	if err == nil || !strings.Contains(err.Error(), key) {
+		t.Errorf("%s=0: %v", EnvLookbackDays, err)
+	}
+	c := DefaultConfig()
+	c.LookbackDays = 0
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), key) {
+		t.Errorf("Validate with LookbackDays 0: %v", err)
+	}
+	if _, err := NewEngine(memory.New(), eventstore.Scope{Region: "r", Cluster: "c", Service: "s"}, RedriverFunc(func(context.Context, eventstore.RecoveryEntry) error { return nil }), c); err == nil || !strings.Contains(err.Error(), key) {
+		t.Errorf("NewEngine with LookbackDays 0: %v", err)
+	}
+	c.LookbackDays = 1
+	if err := c.Validate(); err != nil {
+		t.Errorf("LookbackDays 1: %v", err)
 	}
 }
 

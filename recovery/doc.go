@@ -53,7 +53,9 @@
 // lookback-days, sealed windows in order, the instances whose token lies in
 // the node's token range (leased from the ring coordinator, or the whole
 // ring for a node alone), their buckets, and their rows in pages. Each row
-// is handed to a Redriver (the orchestrator) with bounded concurrency. It
+// is handed to a Redriver (the orchestrator) with bounded concurrency,
+// under a context that ends when the node's range expires; none is handed
+// over with less than WithRedriveMargin of the range left. It
 // cleans up bottom-up: a bucket whose rows were all handled loses its
 // tier-5 partition in one delete and then its tier-4 row; an instance with
 // no bucket left loses its tier-3 row. A bucket with a failure, or cut

@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ type Engine struct {
 	ranges    RangeSource
 	writer    *Writer
 	scanEvery time.Duration
+	margin    time.Duration // of the range's validity needed to start work
 	sem       chan struct{}
 
 	scanMu sync.Mutex
@@ -64,7 +66,7 @@ func keyOf(p eventstore.RecoveryPath) bucketKey {
 
 // NewEngine returns the engine of scope over dir, re-driving through r,
 // with configuration cfg (validated). Options: WithClock, WithLogger,
-// WithRanges, WithWriter, WithScanEvery.
+// WithRanges, WithWriter, WithScanEvery, WithRedriveMargin.
 func NewEngine(dir eventstore.Directory, scope eventstore.Scope, r Redriver, cfg Config, opts ...Option) (*Engine, error) {
 	var errs []error
 	if dir == nil {
@@ -90,13 +92,16 @@ func NewEngine(dir eventstore.Directory, scope eventstore.Scope, r Redriver, cfg
 	if o.ranges == nil {
 		return nil, errors.New("recovery: NewEngine: WithRanges(nil)")
 	}
+	if o.margin < 0 {
+		return nil, fmt.Errorf("recovery: NewEngine: WithRedriveMargin(%v): must be at least 0", o.margin)
+	}
 	ws, err := cfg.Windows()
 	if err != nil {
 		return nil, err
 	}
 	return &Engine{
 		dir: dir, scope: scope, redriver: r, cfg: cfg, ws: ws, now: o.now, log: o.logger,
-		ranges: o.ranges, writer: o.writer, scanEvery: o.scanEvery,
+		ranges: o.ranges, writer: o.writer, scanEvery: o.scanEvery, margin: o.margin,
 		sem:  make(chan struct{}, cfg.Concurrency),
 		done: make(map[bucketKey]map[string]struct{}),
 	}, nil
@@ -163,11 +168,12 @@ func (e *Engine) Totals() (Result, int64) {
 // Windows returns the engine's window arithmetic.
 func (e *Engine) Windows() Windows { return e.ws }
 
-// lease returns the node's range if it is valid now.
-func (e *Engine) lease() (eventstore.TokenRange, bool) {
+// lease returns the node's range and until when it is valid, if it is
+// usable now: valid, with more than the margin of its validity left.
+func (e *Engine) lease() (eventstore.TokenRange, time.Time, bool) {
 	now := e.now()
 	r, until, ok := e.ranges.Range(now)
-	return r, ok && now.Before(until)
+	return r, until, ok && now.Before(until) && until.Sub(now) > e.margin
 }
 
 // Run scans until ctx ends, then returns nil. A scan's error is logged and

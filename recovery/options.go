@@ -16,10 +16,14 @@ type options struct {
 	ranges     RangeSource
 	writer     *Writer
 	scanEvery  time.Duration
+	margin     time.Duration
 }
 
+// DefaultRedriveMargin is the Engine's default WithRedriveMargin.
+const DefaultRedriveMargin = 250 * time.Millisecond
+
 func defaultOptions() options {
-	return options{now: time.Now, logger: slog.Default()}
+	return options{now: time.Now, logger: slog.Default(), margin: DefaultRedriveMargin}
 }
 
 // WithClock sets the clock (Writer and Engine). Default time.Now.
@@ -53,6 +57,15 @@ func WithRanges(r RangeSource) Option { return func(o *options) { o.ranges = r }
 // entries its Redriver answers with Later (a retry node is a writer too).
 // Without one, such an entry counts as failed and stays in its bucket.
 func WithWriter(w *Writer) Option { return func(o *options) { o.writer = w } }
+
+// WithRedriveMargin sets how much of its token range's validity an Engine
+// must have left to start a re-drive (or any other work of a scan): with
+// less, the scan stops and leaves the rest to the range's next holder.
+// A re-drive in flight is bounded by the range's validity either way: its
+// context ends when the range expires. Default DefaultRedriveMargin
+// (250ms); 0 starts re-drives until the range expires; negative is an
+// error.
+func WithRedriveMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
 
 // WithScanEvery sets how long Engine.Run waits between scans. Default: until
 // the current window ends (so each window is scanned right after it is

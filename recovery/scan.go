@@ -15,7 +15,11 @@ const maxScanErrors = 10
 
 // pass is the state of one Scan.
 type pass struct {
-	e       *Engine
+	e *Engine
+	// rctx is the parent of the re-drives' contexts: cancel ends it when
+	// the pass stops, so that no re-drive outlives the node's range.
+	rctx    context.Context
+	cancel  context.CancelFunc
 	mu      sync.Mutex // guards res, errs, stopped
 	res     Result
 	errs    []error
@@ -36,15 +40,20 @@ func (p *pass) fail(err error) {
 	p.mu.Unlock()
 }
 
-// stop marks the pass stopped: no new instance, bucket or entry is started.
+// stop marks the pass stopped: no new instance, bucket or entry is
+// started, and the re-drives in flight are cancelled.
 func (p *pass) stop() {
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
+	if p.cancel != nil {
+		p.cancel()
+	}
 }
 
 // halted reports whether the pass must not start new work: ctx ended, the
-// pass was stopped, or the node's range is no longer valid.
+// pass was stopped, or the node's range is no longer usable (expired, or
+// less than the margin of it left).
 func (p *pass) halted(ctx context.Context) bool {
 	p.mu.Lock()
 	stopped := p.stopped
@@ -56,12 +65,27 @@ func (p *pass) halted(ctx context.Context) bool {
 		p.stop()
 		return true
 	}
-	if _, ok := p.e.lease(); !ok {
-		p.e.log.Info("recovery: token range no longer valid; stopping the scan", "scope", p.e.scope)
+	if _, _, ok := p.e.lease(); !ok {
+		p.e.log.Info("recovery: token range expiring; stopping the scan", "scope", p.e.scope, "margin", p.e.margin)
 		p.stop()
 		return true
 	}
 	return false
+}
+
+// owns reports whether the pass may start work on the instance of token:
+// it is not halted and the node's range still holds token (a range of a
+// later minute may not); until is when the range expires.
+func (p *pass) owns(ctx context.Context, token int64) (until time.Time, ok bool) {
+	if p.halted(ctx) {
+		return time.Time{}, false
+	}
+	r, until, ok := p.e.lease()
+	if !ok {
+		p.stop()
+		return time.Time{}, false
+	}
+	return until, r.Contains(token)
 }
 
 // Scan runs one pass over the directory of the engine's scope:
@@ -73,7 +97,10 @@ func (p *pass) halted(ctx context.Context) bool {
 //  4. tier 3: the window's instances whose token lies in the node's range;
 //  5. tier 4: each instance's buckets, ascending; tier 5: each bucket's
 //     rows in pages of PageSize, re-driven with at most Concurrency
-//     Redrive calls at once;
+//     Redrive calls at once, each under a context that ends when the
+//     node's range expires (or the scan stops), none started with less
+//     than the margin (WithRedriveMargin) of the range left or once the
+//     range no longer holds the instance;
 //  6. a bucket whose every row was re-driven (Redrive returned nil, or
 //     Later and the row was registered again) is dropped: its tier-5
 //     partition, then its tier-4 row. A bucket with a failed row, or
@@ -93,6 +120,8 @@ func (e *Engine) Scan(ctx context.Context) (Result, error) {
 	e.scanMu.Lock()
 	defer e.scanMu.Unlock()
 	p := &pass{e: e}
+	p.rctx, p.cancel = context.WithCancel(ctx)
+	defer p.cancel()
 	p.scan(ctx)
 	if ctx.Err() != nil {
 		p.res.Stopped = true
@@ -109,7 +138,7 @@ func (e *Engine) Scan(ctx context.Context) (Result, error) {
 
 func (p *pass) scan(ctx context.Context) {
 	e := p.e
-	r, ok := e.lease()
+	r, _, ok := e.lease()
 	if !ok {
 		p.res.NoRange = true
 		return
@@ -165,7 +194,7 @@ func (p *pass) scanDay(ctx context.Context, d time.Time) {
 // scanWindow walks the instances of one sealed window in the node's range.
 func (p *pass) scanWindow(ctx context.Context, d time.Time, slot int) {
 	e := p.e
-	r, ok := e.lease()
+	r, _, ok := e.lease()
 	if !ok {
 		p.stop()
 		return
@@ -189,7 +218,7 @@ func (p *pass) scanWindow(ctx context.Context, d time.Time, slot int) {
 			break
 		}
 		// The range may have moved since the instances were listed.
-		if r, ok := e.lease(); !ok || !r.Contains(inst.Token) {
+		if r, _, ok := e.lease(); !ok || !r.Contains(inst.Token) {
 			continue
 		}
 		work <- inst
@@ -210,15 +239,18 @@ func (p *pass) scanInstance(ctx context.Context, d time.Time, slot int, inst eve
 	}
 	complete := true
 	for _, b := range buckets {
-		if p.halted(ctx) {
-			return
+		if _, ok := p.owns(ctx, inst.Token); !ok {
+			return // keep the instance: halted, or no longer in the range
 		}
 		path := eventstore.RecoveryPath{Day: d, MinuteOfDay: slot, InstanceID: inst.ID, Bucket: b}
-		if !p.scanBucket(ctx, path) {
+		if !p.scanBucket(ctx, path, inst.Token) {
 			complete = false // keep the instance: a bucket of it is left
 		}
 	}
-	if !complete || p.halted(ctx) {
+	if !complete {
+		return
+	}
+	if _, ok := p.owns(ctx, inst.Token); !ok {
 		return
 	}
 	if err := e.dir.DeleteInstance(ctx, e.scope, d, slot, inst); err != nil {

@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -28,9 +29,14 @@ var scenarios = []scenario{
 	{"CrashBetweenDropAndDelete", testCrashBetweenDropAndDelete},
 	{"Node0Gates", testNode0Gates},
 	{"LookbackRecoversABacklogTwoDaysOld", testLookback},
+	{"LastWindowOfADayIsScannedAfterMidnight", testLastWindowOfADay},
 	{"TokenRangeExcludingAnInstance", testTokenRange},
 	{"LeaseExpiringMidScan", testLeaseExpiring},
 	{"SecondWindows", testSecondWindows},
+	{"RedriveBoundedByRange", testRedriveBoundedByRange},
+	{"RedriveCancelledWhenRangeExpires", testRedriveCancelledWhenRangeExpires},
+	{"RedriveMargin", testRedriveMargin},
+	{"RangeMovesMidBucket", testRangeMovesMidBucket},
 }
 
 // Bucket indexes roll over every bucket-size rows per instance, window and
@@ -670,6 +676,26 @@ func testLookback(t *testing.T, e *env) {
 	if left := e.dumpAround(); len(left) != 0 {
 		t.Fatalf("left %v", left)
 	}
+}
+
+// The last window of a day is sealed at midnight: the first scan of the
+// next day re-drives it with the smallest lookback allowed (1; 0 is refused
+// because it would read today only, issue 35.11).
+func testLastWindowOfADay(t *testing.T, e *env) {
+	e.cfg.LookbackDays = 1
+	e.clock.Set(at("2026-03-10T23:58:20Z"))
+	w := e.writer()
+	p := e.retry(w, "midnight", 1)
+	if got := p.Day.Format(time.DateOnly) + "/" + fmt.Sprint(p.MinuteOfDay); got != "2026-03-10/1439" {
+		t.Fatalf("registered in %s, want the day's last window", got)
+	}
+	e.clock.Set(at("2026-03-11T00:00:05Z"))
+	s := newSagas("midnight")
+	res := e.scan(e.engine(s))
+	if res.Retried != 1 || res.WindowsDeleted != 1 || res.DaysDeleted != 1 {
+		t.Fatalf("scan after midnight: %+v", res)
+	}
+	s.check(t, 1, "midnight")
 }
 
 // A node scans only the instances whose token lies in its range, and only
