@@ -86,8 +86,8 @@ func (h Holding) ActiveFrom() time.Time {
 const maxHistory = 4096
 
 // NewConnector returns a connector to the master given by WithMaster.
-// Options: WithScope, WithMaster, WithGuard, WithCycle (only to derive the
-// default guard), WithBackoff, WithNodeID, WithClock, WithLogger,
+// Options: WithScope, WithMaster, WithGuard, WithCycle (the master's: it
+// also derives the default guard), WithBackoff, WithNodeID, WithClock, WithLogger,
 // WithTransport, WithConfig.
 func NewConnector(opts ...Option) (*Connector, error) {
 	o := build(opts)
@@ -237,13 +237,14 @@ func (c *Connector) askMaster(ctx context.Context) (slaveID, addr string, err er
 
 // onRange records a range received from slave; ok reports it was taken.
 func (c *Connector) onRange(m rangeMsg, slave string) (ok bool, err error) {
-	if err := m.validate(); err != nil {
+	now := c.o.now()
+	if err := m.validate(now, c.o.cycle); err != nil {
+		c.o.log.Warn("ringcoordinator: connector refused a range", "slave", slave, "err", err)
 		return false, err
 	}
 	if err := checkScope(scopeOf(&c.o), m.scopeMsg, "slave "+m.From); err != nil {
 		return false, err
 	}
-	now := c.o.now()
 	minute, until := fromMS(m.ValidForMinute), fromMS(m.ValidUntil)
 	active := until.Add(-c.o.guard)
 	if !now.Before(active) {

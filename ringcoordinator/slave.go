@@ -50,8 +50,9 @@ type nodePart struct {
 }
 
 // NewSlave binds the slave's address (WithListen) and returns it ready to
-// Run. It needs its master (WithMaster). Options: WithScope, WithListen,
-// WithAdvertise, WithMaster, WithBackoff, WithNodeID, WithClock,
+// Run. It needs its master (WithMaster) and the master's cycle
+// (WithCycle). Options: WithScope, WithListen, WithAdvertise, WithMaster,
+// WithCycle, WithBackoff, WithNodeID, WithClock,
 // WithLogger, WithTransport, WithConfig.
 func NewSlave(opts ...Option) (*Slave, error) {
 	o := build(opts)
@@ -202,13 +203,14 @@ func (s *Slave) registerOnce(ctx context.Context) (accepted bool, err error) {
 // onSlice records the slice of a minute and splits it among the
 // orchestrators connected now (if any: else the first to connect gets it).
 func (s *Slave) onSlice(m rangeMsg) error {
-	if err := m.validate(); err != nil {
+	now := s.o.now()
+	if err := m.validateSlice(now, s.o.cycle); err != nil {
+		s.o.log.Warn("ringcoordinator: slave refused a slice", "from", m.From, "err", err)
 		return err
 	}
 	if err := checkScope(scopeOf(&s.o), m.scopeMsg, "master "+m.From); err != nil {
 		return err
 	}
-	now := s.o.now()
 	st := &sliceState{msg: m, minute: fromMS(m.ValidForMinute), until: fromMS(m.ValidUntil)}
 	if !now.Before(st.until) {
 		s.o.log.Warn("ringcoordinator: slave ignored a slice of a minute already over", "valid_for_minute", st.minute)
