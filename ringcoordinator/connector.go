@@ -183,7 +183,7 @@ func (c *Connector) session(ctx context.Context) (got bool, err error) {
 		return false, fmt.Errorf("slave %s at %s: %w", slaveID, addr, err)
 	}
 	defer conn.Close()
-	req := encode(msgSubscribe, subscribeMsg{scopeMsg: scopeOf(&c.o), NodeID: c.id})
+	req := encode(msgSubscribe, subscribeMsg{scopeMsg: scopeOf(&c.o), NodeID: c.id, Holds: c.held()})
 	err = conn.RequestStream(ctx, req, func(b []byte) error {
 		typ, err := decode(b, "", nil)
 		if err != nil {
@@ -281,6 +281,18 @@ func (c *Connector) onRange(m rangeMsg, slave string) (ok bool, err error) {
 	c.o.log.Info("ringcoordinator: connector received its range", "valid_for_minute", minute,
 		"min", m.Min, "max", m.Max, "part", m.Index+1, "of", m.Of, "slave", slave)
 	return true, nil
+}
+
+// held returns the minutes the connector holds a range of (unix ms).
+func (c *Connector) held() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prune(c.o.now())
+	var out []int64
+	for _, h := range c.holdings {
+		out = append(out, ms(h.minute))
+	}
+	return out
 }
 
 // lost handles the end of a slave stream: the ranges of minutes not

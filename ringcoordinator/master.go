@@ -26,7 +26,12 @@ type Master struct {
 	rr        int     // round-robin position
 	publishes int     // publish cycles so far
 	last      time.Time
-	pubs      []*publication // recent publications, ascending
+	// hold: the minutes starting up to it are not published. A master
+	// (re)started at start holds start+2 cycles: a predecessor, whose
+	// clock may be up to a cycle ahead of this one, may have published
+	// them, and a second split of a minute could overlap the first.
+	hold time.Time
+	pubs []*publication // recent publications, ascending
 }
 
 type slot struct {
@@ -93,7 +98,12 @@ func (m *Master) serve(ctx context.Context) error {
 		cancel()
 		served <- err
 	}()
-	m.o.log.Info("ringcoordinator: master serving", "addr", m.Addr(), "cycle", m.o.cycle, "publish_offset", m.o.offset)
+	start := m.o.now()
+	m.mu.Lock()
+	m.hold = start.Add(2 * m.o.cycle)
+	m.mu.Unlock()
+	m.o.log.Info("ringcoordinator: master serving", "addr", m.Addr(), "cycle", m.o.cycle, "publish_offset", m.o.offset,
+		"first_minute_after", m.hold)
 	for {
 		at, minute := nextPublish(m.o.now(), m.o.cycle, m.o.offset)
 		if !sleepUntil(ctx, m.o.now, at) {
@@ -107,14 +117,15 @@ func (m *Master) serve(ctx context.Context) error {
 }
 
 // publish computes and pushes the split valid for minute, unless that
-// minute is over or was published already (a clock stepping back must not
+// minute is over, was published already (a clock stepping back must not
 // publish a minute twice: a second, different split could overlap the
-// first).
+// first) or is within two cycles of the master's start (a predecessor may
+// have published it).
 func (m *Master) publish(now, minute time.Time) {
 	until := minute.Add(m.o.cycle)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !now.Before(until) || !minute.After(m.last) {
+	if !now.Before(until) || !minute.After(m.last) || !minute.After(m.hold) {
 		return
 	}
 	m.last = minute

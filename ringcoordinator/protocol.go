@@ -117,7 +117,14 @@ type acceptedMsg struct {
 type subscribeMsg struct {
 	scopeMsg
 	NodeID string `json:"node_id"`
+	// Holds are the minutes (unix ms) the node holds a range of already,
+	// from an earlier stream: its new slave must not split them again.
+	Holds []int64 `json:"holds,omitempty"`
 }
+
+// maxHolds bounds the held minutes a slave takes from a subscription (a
+// node holds the current minute and perhaps the next).
+const maxHolds = 4
 
 // encode returns the envelope of a message of type typ.
 func encode(typ string, body any) []byte {

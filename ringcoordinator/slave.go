@@ -33,14 +33,26 @@ type Slave struct {
 }
 
 type orchEntry struct {
-	node string
-	out  *queue
+	node  string
+	out   *queue
+	holds []time.Time // minutes it held a range of when it subscribed
+}
+
+// holdsMinute reports whether e held a range of minute when it subscribed.
+func (e *orchEntry) holdsMinute(minute time.Time) bool {
+	for _, h := range e.holds {
+		if h.Equal(minute) {
+			return true
+		}
+	}
+	return false
 }
 
 type sliceState struct {
 	msg           rangeMsg // as received from the master
 	minute, until time.Time
 	split         bool       // its split among orchestrators is fixed
+	refused       bool       // not split: a node held a range of its minute already
 	nodes         []nodePart // the split, in order
 }
 
@@ -231,10 +243,25 @@ func (s *Slave) onSlice(m rangeMsg) error {
 	sort.Slice(s.slices, func(i, j int) bool { return s.slices[i].minute.Before(s.slices[j].minute) })
 	s.o.log.Info("ringcoordinator: slave received its slice", "valid_for_minute", st.minute,
 		"min", m.Min, "max", m.Max, "part", m.Index+1, "of", m.Of, "orchestrators", len(s.orchs))
+	for _, e := range s.orchs {
+		if e.holdsMinute(st.minute) {
+			s.refuseLocked(st, e.node)
+			return nil
+		}
+	}
 	if len(s.orchs) > 0 {
 		s.splitLocked(st)
 	}
 	return nil
+}
+
+// refuseLocked fixes st unsplit: node holds a range of its minute from
+// another split (a slave or master that restarted), which a part of st
+// could overlap. Nobody scans st from this slave.
+func (s *Slave) refuseLocked(st *sliceState, node string) {
+	st.split, st.refused = true, true
+	s.o.log.Warn("ringcoordinator: slave refused to split a slice: a node holds a range of its minute from another split",
+		"valid_for_minute", st.minute, "node", node)
 }
 
 // splitLocked fixes the split of st among the orchestrators connected now
@@ -288,6 +315,9 @@ func (s *Slave) RequestStream(ctx context.Context, req []byte, send func([]byte)
 		return fmt.Errorf("%w: an orchestrator subscribes with a node id", ErrBadMessage)
 	}
 	e := &orchEntry{node: sub.NodeID, out: newQueue()}
+	for _, h := range sub.Holds[:min(len(sub.Holds), maxHolds)] {
+		e.holds = append(e.holds, fromMS(h))
+	}
 	if err := send(encode(msgSubscribed, acceptedMsg{ID: s.id})); err != nil {
 		return nil
 	}
@@ -326,7 +356,11 @@ func (s *Slave) addOrch(e *orchEntry) {
 	scope := scopeOf(&s.o)
 	for _, st := range s.slices {
 		if !st.split {
-			s.splitLocked(st)
+			if e.holdsMinute(st.minute) {
+				s.refuseLocked(st, e.node)
+			} else {
+				s.splitLocked(st)
+			}
 			continue
 		}
 		for i, p := range st.nodes {
@@ -380,7 +414,8 @@ func (s *Slave) Assignment(now time.Time) Assignment {
 		if !now.Before(st.until) {
 			continue
 		}
-		sa := SliceAssignment{Index: st.msg.Index, Of: st.msg.Of, Range: rangeOf(st.msg.tokenRange()), SlaveID: s.id, Addr: s.o.advertise, Pending: !st.split}
+		sa := SliceAssignment{Index: st.msg.Index, Of: st.msg.Of, Range: rangeOf(st.msg.tokenRange()), SlaveID: s.id, Addr: s.o.advertise,
+			Pending: !st.split, Refused: st.refused}
 		for _, p := range st.nodes {
 			sa.Nodes = append(sa.Nodes, NodeAssignment{NodeID: p.node, Range: rangeOf(p.r), Connected: live[p.node]})
 		}

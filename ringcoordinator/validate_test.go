@@ -89,24 +89,33 @@ func TestWireRangesAreValidated(t *testing.T) {
 // every registration or subscription, sends on its n-th stream the n-th
 // script (the last one for every later stream), then holds the stream
 // open. It answers an orchestrator's assign with slaveAddr.
+// Items put on later are sent on whichever stream is open then.
 type scriptedPeer struct {
 	accepted  string // msgRegistered or msgSubscribed
 	slaveAddr string
 	mu        sync.Mutex
 	scripts   [][][]byte
 	streams   int
+	later     chan []byte
 }
 
 func (p *scriptedPeer) RequestResponse(_ context.Context, req []byte) ([]byte, error) {
-	if _, err := decode(req, msgAssign, nil); err != nil {
+	typ, err := decode(req, "", nil)
+	if err != nil {
 		return nil, err
+	}
+	if typ != msgAssign {
+		return encode(typ, nil), nil // anything else is acknowledged
 	}
 	return encode(msgSlaveAddr, slaveAddrMsg{SlaveID: "fake-slave", Addr: p.slaveAddr}), nil
 }
 
 func (p *scriptedPeer) RequestStream(ctx context.Context, _ []byte, send func([]byte) error) error {
 	p.mu.Lock()
-	script := p.scripts[min(p.streams, len(p.scripts)-1)]
+	var script [][]byte
+	if len(p.scripts) > 0 {
+		script = p.scripts[min(p.streams, len(p.scripts)-1)]
+	}
 	p.streams++
 	p.mu.Unlock()
 	if err := send(encode(p.accepted, acceptedMsg{ID: "fake"})); err != nil {
@@ -117,8 +126,16 @@ func (p *scriptedPeer) RequestStream(ctx context.Context, _ []byte, send func([]
 			return nil
 		}
 	}
-	<-ctx.Done()
-	return nil
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case b := <-p.later:
+			if err := send(b); err != nil {
+				return nil
+			}
+		}
+	}
 }
 
 // TestWireRangesValidatedOverTheWire: a fake master sends a real slave a
