@@ -59,6 +59,9 @@ type SlaveInfo struct {
 	Addr string `json:"addr"`
 	// Slot is its 0-based position in the master's registry.
 	Slot int `json:"slot"`
+	// Nodes is how many retry nodes stream from it, as it last told the
+	// master; a slave with none gets no slice while another has some.
+	Nodes int `json:"nodes"`
 }
 
 // MinuteAssignment is the split of one minute.

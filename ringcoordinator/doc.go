@@ -24,8 +24,10 @@
 //   - [Master]: one per region and virtual cluster. Slaves register with it
 //     by request-stream and stay registered while the stream lives. At second
 //     30 of every minute (the midpoint of a shorter demo cycle) it splits the
-//     whole ring among the registered slaves and pushes each its slice for
-//     the next minute, stamped validForMinute. An orchestrator asks it, by
+//     whole ring among the registered slaves that have orchestrators (each
+//     slave tells it how many stream from it; among all of them if none
+//     has any) and pushes each its slice for the next minute, stamped
+//     validForMinute. An orchestrator asks it, by
 //     request-response, which slave to use; slaves are handed out round
 //     robin. It accepts only slaves and orchestrators of its own region and
 //     cluster.

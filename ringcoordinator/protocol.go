@@ -57,6 +57,7 @@ const (
 	msgSubscribe = "subscribe" // connector -> slave, request-stream
 	msgRange     = "range"     // slave -> connector, stream item
 	msgStatus    = "status"    // anyone -> master or slave, request-response
+	msgNodes     = "nodes"     // slave -> master, request-response (and its answer)
 	msgAssigned  = "assignment"
 	// first item of a stream: the registration or subscription is accepted
 	msgRegistered = "registered" // master -> slave
@@ -80,7 +81,16 @@ type scopeMsg struct {
 type registerMsg struct {
 	scopeMsg
 	SlaveID string `json:"slave_id"`
-	Addr    string `json:"addr"` // where orchestrators reach the slave
+	Addr    string `json:"addr"`  // where orchestrators reach the slave
+	Nodes   int    `json:"nodes"` // orchestrators streaming from it now
+}
+
+// nodesMsg tells the master how many orchestrators stream from a slave
+// now (sent by the slave whenever the number changes).
+type nodesMsg struct {
+	scopeMsg
+	SlaveID string `json:"slave_id"`
+	Nodes   int    `json:"nodes"`
 }
 
 // rangeMsg is a range valid for one minute: a slave's slice (msgSlice,

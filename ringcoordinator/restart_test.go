@@ -1,6 +1,8 @@
 package ringcoordinator
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -211,4 +213,94 @@ func TestSlaveRefusesASecondSplitItsNodesHold(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRestartedSlaveLeavesNoSliceUnscanned (issue 35.14): 2 slaves, 2
+// nodes, one on each. Slave A stops; its node moves to slave B through the
+// master. A restarts (same id) and registers again, with no node. The
+// master must not give it a slice nobody scans: the ring is covered again
+// by the 2 nodes, both on B.
+func TestRestartedSlaveLeavesNoSliceUnscanned(t *testing.T) {
+	transports(t, func(t *testing.T, tp Transport) {
+		t.Cleanup(func() { checkNoLeaks(t) })
+		const cycle = time.Second
+		m, err := NewMaster(WithTransport(tp), WithCycle(cycle), WithLogger(testLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr := run(m.Run)
+		defer mr.stop(t)
+		startSlave := func(id string) (*Slave, *runner) {
+			s, err := NewSlave(WithTransport(tp), WithMaster(m.Addr()), WithCycle(cycle), WithNodeID(id),
+				WithBackoff(20*time.Millisecond, 100*time.Millisecond), WithLogger(testLogger(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := run(s.Run)
+			t.Cleanup(func() { r.stop(t) })
+			return s, r
+		}
+		a, ar := startSlave("A")
+		b, _ := startSlave("B")
+		waitFor(t, 20*time.Second, "slaves registered", func() bool { return a.Connected() && b.Connected() })
+		nodes := []*node{startConnector(t, tp, m.Addr(), cycle, 0), startConnector(t, tp, m.Addr(), cycle, 0)}
+		waitCovered(t, nodes, time.Now(), 20*time.Second, "a minute covered by the 2 nodes, one on each slave", func(hs []Holding) bool {
+			return len(hs) == 2 && hs[0].SlaveID != hs[1].SlaveID
+		})
+
+		ar.stop(t)
+		waitFor(t, 20*time.Second, "both nodes on slave B", func() bool {
+			for _, n := range nodes {
+				if ok, id, _ := n.c.Connected(); !ok || id != "B" {
+					return false
+				}
+			}
+			return true
+		})
+		a2, _ := startSlave("A")
+		waitFor(t, 20*time.Second, "slave A registered again", a2.Connected)
+		back := time.Now()
+		waitCovered(t, nodes, back, 15*time.Second, "the ring covered by the 2 nodes after slave A restarted", nil)
+		checkNoOverlap(t, nodes)
+	})
+}
+
+// TestMasterGivesSlicesOnlyToSlavesWithNodes: the ring goes to the slaves
+// that report orchestrators; to all of them when none does.
+func TestMasterGivesSlicesOnlyToSlavesWithNodes(t *testing.T) {
+	m := newTestMaster(t)
+	a, b, c := entry("s1"), entry("s2"), entry("s3")
+	for _, e := range []*slaveEntry{a, b, c} {
+		m.addSlave(e)
+	}
+	minute := t0.Add(time.Minute)
+	m.publish(minute.Add(-30*time.Second), minute)
+	for i, e := range []*slaveEntry{a, b, c} {
+		if got := takeRanges(t, e.out); len(got) != 1 || got[0].Of != 3 {
+			t.Fatalf("no slave has nodes: slave %d got %+v, want a third of the ring", i+1, got)
+		}
+	}
+	report := func(id string, n int) error {
+		_, err := m.RequestResponse(context.Background(), encode(msgNodes, nodesMsg{scopeMsg: scopeOf(&m.o), SlaveID: id, Nodes: n}))
+		return err
+	}
+	if err := report("s1", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := report("s3", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := report("nobody", 1); !errors.Is(err, ErrBadMessage) {
+		t.Fatalf("report of an unregistered slave: %v, want ErrBadMessage", err)
+	}
+	minute = minute.Add(time.Minute)
+	m.publish(minute.Add(-30*time.Second), minute)
+	halves, _ := SplitRing(2)
+	ra, rb, rc := takeRanges(t, a.out), takeRanges(t, b.out), takeRanges(t, c.out)
+	if len(ra) != 1 || len(rc) != 1 || len(rb) != 0 || ra[0].tokenRange() != halves[0] || rc[0].tokenRange() != halves[1] {
+		t.Fatalf("s1 (2 nodes) got %+v, s2 (none) %+v, s3 (1 node) %+v; want the ring in halves between s1 and s3", ra, rb, rc)
+	}
+	if s := m.Assignment(minute).Slaves; len(s) != 3 || s[0].Nodes != 2 || s[1].Nodes != 0 || s[2].Nodes != 1 {
+		t.Fatalf("master's view of its slaves: %+v", s)
+	}
 }

@@ -30,6 +30,7 @@ type Slave struct {
 	slices    []*sliceState // minutes not over, ascending
 	connected bool          // registered with the master right now
 	masterID  string
+	changed   chan struct{} // capacity 1: the number of orchestrators changed
 }
 
 type orchEntry struct {
@@ -71,7 +72,7 @@ func NewSlave(opts ...Option) (*Slave, error) {
 	if err := o.validate("slave", true); err != nil {
 		return nil, err
 	}
-	s := &Slave{o: o, id: o.nodeID}
+	s := &Slave{o: o, id: o.nodeID, changed: make(chan struct{}, 1)}
 	if s.id == "" {
 		s.id = "slave-" + uuid.NewString()
 	}
@@ -178,7 +179,11 @@ func (s *Slave) registerOnce(ctx context.Context) (accepted bool, err error) {
 		return false, err
 	}
 	defer conn.Close()
-	req := encode(msgRegister, registerMsg{scopeMsg: scopeOf(&s.o), SlaveID: s.id, Addr: s.o.advertise})
+	rctx, cancel := context.WithCancel(ctx)
+	var reporter sync.WaitGroup
+	defer func() { cancel(); reporter.Wait() }() // before the connection closes
+	nodes := s.nodeCount()
+	req := encode(msgRegister, registerMsg{scopeMsg: scopeOf(&s.o), SlaveID: s.id, Addr: s.o.advertise, Nodes: nodes})
 	err = conn.RequestStream(ctx, req, func(b []byte) error {
 		typ, err := decode(b, "", nil)
 		if err != nil {
@@ -190,11 +195,15 @@ func (s *Slave) registerOnce(ctx context.Context) (accepted bool, err error) {
 			if _, err := decode(b, msgRegistered, &a); err != nil {
 				return err
 			}
-			accepted = true
 			s.mu.Lock()
 			s.connected, s.masterID = true, a.ID
 			s.mu.Unlock()
-			s.o.log.Info("ringcoordinator: slave registered with its master", "master", s.o.master, "master_id", a.ID)
+			s.o.log.Info("ringcoordinator: slave registered with its master", "master", s.o.master, "master_id", a.ID, "orchestrators", nodes)
+			if !accepted {
+				accepted = true
+				reporter.Add(1)
+				go func() { defer reporter.Done(); s.reportNodes(rctx, conn, nodes) }()
+			}
 			return nil
 		case msgSlice:
 			var m rangeMsg
@@ -210,6 +219,53 @@ func (s *Slave) registerOnce(ctx context.Context) (accepted bool, err error) {
 		err = errors.New("the master ended the stream")
 	}
 	return accepted, err
+}
+
+// nodeCount returns the number of orchestrators streaming from the slave.
+func (s *Slave) nodeCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.orchs)
+}
+
+// nodesChanged wakes reportNodes.
+func (s *Slave) nodesChanged() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// reportNodes tells the master, over conn, the number of orchestrators
+// streaming from the slave whenever it differs from the one the master
+// has (reported, given at registration), until ctx ends. The master
+// gives slices only to slaves that have orchestrators.
+func (s *Slave) reportNodes(ctx context.Context, conn Conn, reported int) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.changed:
+		}
+		n := s.nodeCount()
+		if n == reported {
+			continue
+		}
+		_, err := conn.RequestResponse(ctx, encode(msgNodes, nodesMsg{scopeMsg: scopeOf(&s.o), SlaveID: s.id, Nodes: n}))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.o.log.Warn("ringcoordinator: slave could not tell its master its orchestrators; retrying", "orchestrators", n, "err", err)
+			if !wait.Sleep(ctx, s.o.minBackoff) {
+				return
+			}
+			s.nodesChanged()
+			continue
+		}
+		reported = n
+		s.o.log.Debug("ringcoordinator: slave told its master its orchestrators", "orchestrators", n)
+	}
 }
 
 // onSlice records the slice of a minute and splits it among the
@@ -350,6 +406,7 @@ func (s *Slave) addOrch(e *orchEntry) {
 	}
 	if !replaced {
 		s.orchs = append(s.orchs, e)
+		s.nodesChanged()
 	}
 	now := s.o.now()
 	s.prune(now)
@@ -383,6 +440,7 @@ func (s *Slave) removeOrch(e *orchEntry) {
 	for i, x := range s.orchs {
 		if x == e {
 			s.orchs = append(s.orchs[:i], s.orchs[i+1:]...)
+			s.nodesChanged()
 			return
 		}
 	}
