@@ -129,7 +129,7 @@ type subscribeMsg struct {
 	NodeID string `json:"node_id"`
 	// Holds are the minutes (unix ms) the node holds a range of already,
 	// from an earlier stream: its new slave must not split them again.
-	Holds []int64 `json:"holds,omitempty"`
+	Holds []int64 `json:"holds"`
 }
 
 // maxHolds bounds the held minutes a slave takes from a subscription (a
