@@ -59,6 +59,9 @@ type SlaveInfo struct {
 	Addr string `json:"addr"`
 	// Slot is its 0-based position in the master's registry.
 	Slot int `json:"slot"`
+	// Nodes is how many retry nodes stream from it, as it last told the
+	// master; a slave with none gets no slice while another has some.
+	Nodes int `json:"nodes"`
 }
 
 // MinuteAssignment is the split of one minute.
@@ -83,6 +86,10 @@ type SliceAssignment struct {
 	// Pending: the slave had no orchestrator when the slice arrived; it
 	// goes whole to the first one that connects before the minute ends.
 	Pending bool `json:"pending,omitempty"`
+	// Refused: the slave did not split the slice, because one of its
+	// retry nodes held a range of the minute from another split (after a
+	// restart); nobody scans it this minute.
+	Refused bool `json:"refused,omitempty"`
 	// Nodes is the slice's split among the slave's orchestrators (retry
 	// nodes), when known.
 	Nodes []NodeAssignment `json:"nodes,omitempty"`
@@ -155,7 +162,7 @@ func FetchAssignment(ctx context.Context, addr string, opts ...Option) (Assignme
 				}
 				for _, vs := range vm.Slices {
 					if vs.Range == s.Range {
-						s.Nodes, s.Pending = vs.Nodes, vs.Pending
+						s.Nodes, s.Pending, s.Refused = vs.Nodes, vs.Pending, vs.Refused
 					}
 				}
 			}
@@ -216,6 +223,8 @@ func FormatAssignment(w io.Writer, a Assignment, now time.Time) error {
 				holder = "frozen (its slave left)"
 			case s.Pending:
 				holder += " (pending: no retry node yet)"
+			case s.Refused:
+				holder += " (refused: its retry nodes held the minute from another split)"
 			}
 			fmt.Fprintf(tw, "  %d/%d\t%s\t%d\t%d\t\n", s.Index+1, s.Of, holder, s.Range.Min, s.Range.Max)
 			for _, n := range s.Nodes {

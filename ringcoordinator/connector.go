@@ -86,8 +86,8 @@ func (h Holding) ActiveFrom() time.Time {
 const maxHistory = 4096
 
 // NewConnector returns a connector to the master given by WithMaster.
-// Options: WithScope, WithMaster, WithGuard, WithCycle (only to derive the
-// default guard), WithBackoff, WithNodeID, WithClock, WithLogger,
+// Options: WithScope, WithMaster, WithGuard, WithCycle (the master's: it
+// also derives the default guard), WithBackoff, WithNodeID, WithClock, WithLogger,
 // WithTransport, WithConfig.
 func NewConnector(opts ...Option) (*Connector, error) {
 	o := build(opts)
@@ -183,7 +183,7 @@ func (c *Connector) session(ctx context.Context) (got bool, err error) {
 		return false, fmt.Errorf("slave %s at %s: %w", slaveID, addr, err)
 	}
 	defer conn.Close()
-	req := encode(msgSubscribe, subscribeMsg{scopeMsg: scopeOf(&c.o), NodeID: c.id})
+	req := encode(msgSubscribe, subscribeMsg{scopeMsg: scopeOf(&c.o), NodeID: c.id, Holds: c.held()})
 	err = conn.RequestStream(ctx, req, func(b []byte) error {
 		typ, err := decode(b, "", nil)
 		if err != nil {
@@ -237,13 +237,14 @@ func (c *Connector) askMaster(ctx context.Context) (slaveID, addr string, err er
 
 // onRange records a range received from slave; ok reports it was taken.
 func (c *Connector) onRange(m rangeMsg, slave string) (ok bool, err error) {
-	if err := m.validate(); err != nil {
+	now := c.o.now()
+	if err := m.validate(now, c.o.cycle); err != nil {
+		c.o.log.Warn("ringcoordinator: connector refused a range", "slave", slave, "err", err)
 		return false, err
 	}
 	if err := checkScope(scopeOf(&c.o), m.scopeMsg, "slave "+m.From); err != nil {
 		return false, err
 	}
-	now := c.o.now()
 	minute, until := fromMS(m.ValidForMinute), fromMS(m.ValidUntil)
 	active := until.Add(-c.o.guard)
 	if !now.Before(active) {
@@ -280,6 +281,18 @@ func (c *Connector) onRange(m rangeMsg, slave string) (ok bool, err error) {
 	c.o.log.Info("ringcoordinator: connector received its range", "valid_for_minute", minute,
 		"min", m.Min, "max", m.Max, "part", m.Index+1, "of", m.Of, "slave", slave)
 	return true, nil
+}
+
+// held returns the minutes the connector holds a range of (unix ms).
+func (c *Connector) held() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prune(c.o.now())
+	var out []int64
+	for _, h := range c.holdings {
+		out = append(out, ms(h.minute))
+	}
+	return out
 }
 
 // lost handles the end of a slave stream: the ranges of minutes not

@@ -24,8 +24,10 @@
 //   - [Master]: one per region and virtual cluster. Slaves register with it
 //     by request-stream and stay registered while the stream lives. At second
 //     30 of every minute (the midpoint of a shorter demo cycle) it splits the
-//     whole ring among the registered slaves and pushes each its slice for
-//     the next minute, stamped validForMinute. An orchestrator asks it, by
+//     whole ring among the registered slaves that have orchestrators (each
+//     slave tells it how many stream from it; among all of them if none
+//     has any) and pushes each its slice for the next minute, stamped
+//     validForMinute. An orchestrator asks it, by
 //     request-response, which slave to use; slaves are handed out round
 //     robin. It accepts only slaves and orchestrators of its own region and
 //     cluster.
@@ -40,8 +42,15 @@
 // # Why ranges never overlap
 //
 // A minute's split is computed once, by the one master, at its publish
-// instant, and never changed afterwards: a slave that leaves leaves its slice
-// unassigned (frozen) for the minutes already published, and the next publish
+// instant, and never changed afterwards. A master that starts (or
+// restarts) publishes none of the minutes that begin within two cycles of
+// its start: its predecessor, whose clock may be up to a cycle ahead, may
+// have published them. A slave never splits a minute that one of its
+// orchestrators holds a range of already (an orchestrator names its
+// minutes when it subscribes, e.g. after its slave restarted).
+//
+// A slave that leaves leaves its slice unassigned (frozen) for the
+// minutes already published, and the next publish
 // splits the ring among the slaves registered then ("lazy rebalance"; with
 // [WithLazyRebalance] a departed slave's slot is kept for a few cycles so
 // that a quickly restarted slave takes it back without moving the others'
@@ -63,7 +72,8 @@
 // slaves keep the slices they hold (the current minute, and the next one if
 // it was already published), orchestrators keep scanning until those
 // minutes end, then stop; slaves re-register with backoff, and all resumes
-// at the first publish of the restarted master.
+// at the first publish of the restarted master, about three cycles after
+// its start.
 //
 // Messages are JSON in a versioned envelope ([ProtocolVersion]); a peer
 // speaking another version is refused with [ErrUnsupportedVersion].

@@ -29,7 +29,8 @@ func TestConnectorRangesPlugIntoRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slave, err := ringcoordinator.NewSlave(ringcoordinator.WithTransport(tp), ringcoordinator.WithMaster(master.Addr()))
+	slave, err := ringcoordinator.NewSlave(ringcoordinator.WithTransport(tp), ringcoordinator.WithMaster(master.Addr()),
+		ringcoordinator.WithCycle(cycle))
 	if err != nil {
 		t.Fatal(err)
 	}

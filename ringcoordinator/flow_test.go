@@ -24,7 +24,7 @@ func TestFlowInMemory(t *testing.T) {
 	var slaves []*Slave
 	var srs []*runner
 	for i := range 2 {
-		s, err := NewSlave(WithTransport(tp), WithMaster(m.Addr()), WithNodeID(string(rune('A'+i))),
+		s, err := NewSlave(WithTransport(tp), WithMaster(m.Addr()), WithNodeID(string(rune('A'+i))), WithCycle(cycle),
 			WithBackoff(20*time.Millisecond, 200*time.Millisecond), WithLogger(testLogger(t)))
 		if err != nil {
 			t.Fatal(err)

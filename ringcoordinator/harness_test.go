@@ -25,6 +25,7 @@ const (
 	envHelper       = "RINGCOORDINATOR_TEST_HELPER"
 	envHelperMaster = "RINGCOORDINATOR_TEST_MASTER"
 	envHelperScope  = "RINGCOORDINATOR_TEST_SCOPE"
+	envHelperCycle  = "RINGCOORDINATOR_TEST_CYCLE"
 )
 
 // TestMain doubles as a slave process for the integration tests: run with
@@ -42,7 +43,12 @@ func helperSlave() int {
 	if region == "" {
 		region, cluster = DefaultRegion, DefaultCluster
 	}
-	s, err := NewSlave(WithMaster(os.Getenv(envHelperMaster)), WithScope(region, cluster),
+	cycle, err := time.ParseDuration(os.Getenv(envHelperCycle))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := NewSlave(WithMaster(os.Getenv(envHelperMaster)), WithScope(region, cluster), WithCycle(cycle),
 		WithBackoff(50*time.Millisecond, 300*time.Millisecond),
 		WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	if err != nil {
@@ -68,10 +74,10 @@ type slaveProc struct {
 	killedErr error
 }
 
-func startSlaveProc(t *testing.T, master, scope string) *slaveProc {
+func startSlaveProc(t *testing.T, master, scope string, cycle time.Duration) *slaveProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envHelper+"=slave", envHelperMaster+"="+master, envHelperScope+"="+scope)
+	cmd.Env = append(os.Environ(), envHelper+"=slave", envHelperMaster+"="+master, envHelperScope+"="+scope, envHelperCycle+"="+cycle.String())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -38,9 +38,9 @@ func TestIntegrationRSocket(t *testing.T) {
 	m, mr := newMaster("127.0.0.1:0")
 	masterAddr := m.Addr()
 
-	s1 := startSlaveProc(t, masterAddr, "")
-	s2 := startSlaveProc(t, masterAddr, "")
-	foreignSlave := startSlaveProc(t, masterAddr, DefaultRegion+"/other-cluster")
+	s1 := startSlaveProc(t, masterAddr, "", cycle)
+	s2 := startSlaveProc(t, masterAddr, "", cycle)
+	foreignSlave := startSlaveProc(t, masterAddr, DefaultRegion+"/other-cluster", cycle)
 	waitFor(t, 20*time.Second, "both slaves registered", func() bool { return len(m.Assignment(time.Now()).Slaves) == 2 })
 
 	var nodes []*node

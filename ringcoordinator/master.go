@@ -26,7 +26,12 @@ type Master struct {
 	rr        int     // round-robin position
 	publishes int     // publish cycles so far
 	last      time.Time
-	pubs      []*publication // recent publications, ascending
+	// hold: the minutes starting up to it are not published. A master
+	// (re)started at start holds start+2 cycles: a predecessor, whose
+	// clock may be up to a cycle ahead of this one, may have published
+	// them, and a second split of a minute could overlap the first.
+	hold time.Time
+	pubs []*publication // recent publications, ascending
 }
 
 type slot struct {
@@ -37,6 +42,7 @@ type slot struct {
 type slaveEntry struct {
 	id, addr string
 	out      *queue // slices to push on its stream
+	nodes    int    // orchestrators streaming from it, as it last said
 }
 
 type publication struct {
@@ -93,7 +99,12 @@ func (m *Master) serve(ctx context.Context) error {
 		cancel()
 		served <- err
 	}()
-	m.o.log.Info("ringcoordinator: master serving", "addr", m.Addr(), "cycle", m.o.cycle, "publish_offset", m.o.offset)
+	start := m.o.now()
+	m.mu.Lock()
+	m.hold = start.Add(2 * m.o.cycle)
+	m.mu.Unlock()
+	m.o.log.Info("ringcoordinator: master serving", "addr", m.Addr(), "cycle", m.o.cycle, "publish_offset", m.o.offset,
+		"first_minute_after", m.hold)
 	for {
 		at, minute := nextPublish(m.o.now(), m.o.cycle, m.o.offset)
 		if !sleepUntil(ctx, m.o.now, at) {
@@ -107,14 +118,15 @@ func (m *Master) serve(ctx context.Context) error {
 }
 
 // publish computes and pushes the split valid for minute, unless that
-// minute is over or was published already (a clock stepping back must not
+// minute is over, was published already (a clock stepping back must not
 // publish a minute twice: a second, different split could overlap the
-// first).
+// first) or is within two cycles of the master's start (a predecessor may
+// have published it).
 func (m *Master) publish(now, minute time.Time) {
 	until := minute.Add(m.o.cycle)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !now.Before(until) || !minute.After(m.last) {
+	if !now.Before(until) || !minute.After(m.last) || !minute.After(m.hold) {
 		return
 	}
 	m.last = minute
@@ -131,20 +143,33 @@ func (m *Master) publish(now, minute time.Time) {
 	m.slots = trimHeld(kept)
 	m.publishes++
 	pub := &publication{minute: minute, until: until}
-	live := 0
+	// The ring goes to the slaves that have orchestrators (and to the
+	// held slots): a slave without one would leave its slice unscanned,
+	// e.g. one restarted after its orchestrators moved to another slave.
+	// If no slave has any, it goes to all of them, as pending slices.
+	live, withNodes := 0, 0
 	for _, s := range m.slots {
 		if s.e != nil {
 			live++
+			if s.e.nodes > 0 {
+				withNodes++
+			}
+		}
+	}
+	var slots []*slot
+	for _, s := range m.slots {
+		if s.e == nil || withNodes == 0 || s.e.nodes > 0 {
+			slots = append(slots, s)
 		}
 	}
 	if live > 0 {
-		parts, err := SplitRing(len(m.slots))
+		parts, err := SplitRing(len(slots))
 		if err != nil { // cannot happen: fewer slots than tokens
 			m.o.log.Error("ringcoordinator: master: split", "err", err)
 			return
 		}
 		scope := scopeOf(&m.o)
-		for i, s := range m.slots {
+		for i, s := range slots {
 			sa := SliceAssignment{Index: i, Of: len(parts), Range: rangeOf(parts[i]), Frozen: s.e == nil}
 			if s.e != nil {
 				sa.SlaveID, sa.Addr = s.e.id, s.e.addr
@@ -161,7 +186,7 @@ func (m *Master) publish(now, minute time.Time) {
 	if len(m.pubs) > maxPublications {
 		m.pubs = append(m.pubs[:0:0], m.pubs[len(m.pubs)-maxPublications:]...)
 	}
-	m.o.log.Info("ringcoordinator: master published", "valid_for_minute", minute, "slaves", live, "slots", len(m.slots))
+	m.o.log.Info("ringcoordinator: master published", "valid_for_minute", minute, "slaves", live, "slaves_with_nodes", withNodes, "slices", len(pub.parts))
 }
 
 // trimHeld drops the held slots at the end of the registry: a departed
@@ -227,6 +252,12 @@ func (m *Master) RequestResponse(_ context.Context, req []byte) ([]byte, error) 
 		return m.assign(a)
 	case msgStatus:
 		return encode(msgAssigned, m.Assignment(m.o.now())), nil
+	case msgNodes:
+		var n nodesMsg
+		if _, err := decode(req, msgNodes, &n); err != nil {
+			return nil, err
+		}
+		return m.setNodes(n)
 	default:
 		return nil, fmt.Errorf("%w: master does not answer %q requests", ErrBadMessage, typ)
 	}
@@ -256,6 +287,25 @@ func (m *Master) assign(a assignMsg) ([]byte, error) {
 	return encode(msgSlaveAddr, slaveAddrMsg{SlaveID: e.id, Addr: e.addr}), nil
 }
 
+// setNodes records how many orchestrators stream from a registered slave.
+func (m *Master) setNodes(n nodesMsg) ([]byte, error) {
+	if err := checkScope(scopeOf(&m.o), n.scopeMsg, "slave "+n.SlaveID); err != nil {
+		return nil, err
+	}
+	if n.Nodes < 0 {
+		return nil, fmt.Errorf("%w: slave %s has %d orchestrators", ErrBadMessage, n.SlaveID, n.Nodes)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.slots {
+		if s.e != nil && s.e.id == n.SlaveID {
+			s.e.nodes = n.Nodes
+			return encode(msgNodes, nil), nil
+		}
+	}
+	return nil, fmt.Errorf("%w: slave %s is not registered", ErrBadMessage, n.SlaveID)
+}
+
 // RequestStream registers a slave and pushes it its slices until its
 // stream ends. It implements Handler.
 func (m *Master) RequestStream(ctx context.Context, req []byte, send func([]byte) error) error {
@@ -267,10 +317,10 @@ func (m *Master) RequestStream(ctx context.Context, req []byte, send func([]byte
 		m.o.log.Warn("ringcoordinator: master refused a slave", "slave", r.SlaveID, "err", err)
 		return err
 	}
-	if r.SlaveID == "" || r.Addr == "" {
-		return fmt.Errorf("%w: a slave registers with an id and an address", ErrBadMessage)
+	if r.SlaveID == "" || r.Addr == "" || r.Nodes < 0 {
+		return fmt.Errorf("%w: a slave registers with an id, an address and its number of orchestrators", ErrBadMessage)
 	}
-	e := &slaveEntry{id: r.SlaveID, addr: r.Addr, out: newQueue()}
+	e := &slaveEntry{id: r.SlaveID, addr: r.Addr, out: newQueue(), nodes: r.Nodes}
 	m.addSlave(e)
 	m.o.log.Info("ringcoordinator: slave registered", "slave", e.id, "addr", e.addr)
 	defer func() {
@@ -295,7 +345,7 @@ func (m *Master) Assignment(now time.Time) Assignment {
 	a := Assignment{Region: m.o.region, Cluster: m.o.cluster, Role: "master", ID: m.id, Addr: m.Addr(), At: now, Minutes: []MinuteAssignment{}}
 	for i, s := range m.slots {
 		if s.e != nil {
-			a.Slaves = append(a.Slaves, SlaveInfo{ID: s.e.id, Addr: s.e.addr, Slot: i})
+			a.Slaves = append(a.Slaves, SlaveInfo{ID: s.e.id, Addr: s.e.addr, Slot: i, Nodes: s.e.nodes})
 		}
 	}
 	for _, p := range m.pubs {

@@ -96,7 +96,9 @@ func WithMaster(addr string) Option { return func(o *options) { o.master = addr 
 
 // WithCycle sets the publish cycle: a minute in production (the seed's),
 // a few seconds in tests and demos. "Minute" everywhere in this package
-// means one cycle; cycles are aligned on the Unix epoch.
+// means one cycle; cycles are aligned on the Unix epoch. Master, slaves and
+// connectors must be given the same cycle: a slave or connector refuses a
+// range that is not valid for exactly one of its cycles.
 func WithCycle(d time.Duration) Option { return func(o *options) { o.cycle = d } }
 
 // WithPublishOffset sets when within a cycle the master publishes the next

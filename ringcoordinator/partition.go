@@ -53,6 +53,20 @@ func Split(r eventstore.TokenRange, n int) ([]eventstore.TokenRange, error) {
 	return parts, nil
 }
 
+// partOf returns part i of n of r as Split cuts it, without cutting the
+// others; r must hold at least n tokens and 0 <= i < n.
+func partOf(r eventstore.TokenRange, i, n int) eventstore.TokenRange {
+	span := Span(r)
+	p := eventstore.TokenRange{Min: r.Min, Max: r.Max}
+	if i > 0 {
+		p.Min = addOffset(r.Min, ceilFraction(span, uint64(i), uint64(n)))
+	}
+	if i < n-1 {
+		p.Max = addOffset(r.Min, ceilFraction(span, uint64(i+1), uint64(n))) - 1
+	}
+	return p
+}
+
 // SplitRing is Split of the whole ring.
 func SplitRing(n int) ([]eventstore.TokenRange, error) { return Split(FullRing, n) }
 

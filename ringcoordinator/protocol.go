@@ -57,6 +57,7 @@ const (
 	msgSubscribe = "subscribe" // connector -> slave, request-stream
 	msgRange     = "range"     // slave -> connector, stream item
 	msgStatus    = "status"    // anyone -> master or slave, request-response
+	msgNodes     = "nodes"     // slave -> master, request-response (and its answer)
 	msgAssigned  = "assignment"
 	// first item of a stream: the registration or subscription is accepted
 	msgRegistered = "registered" // master -> slave
@@ -80,7 +81,16 @@ type scopeMsg struct {
 type registerMsg struct {
 	scopeMsg
 	SlaveID string `json:"slave_id"`
-	Addr    string `json:"addr"` // where orchestrators reach the slave
+	Addr    string `json:"addr"`  // where orchestrators reach the slave
+	Nodes   int    `json:"nodes"` // orchestrators streaming from it now
+}
+
+// nodesMsg tells the master how many orchestrators stream from a slave
+// now (sent by the slave whenever the number changes).
+type nodesMsg struct {
+	scopeMsg
+	SlaveID string `json:"slave_id"`
+	Nodes   int    `json:"nodes"`
 }
 
 // rangeMsg is a range valid for one minute: a slave's slice (msgSlice,
@@ -117,7 +127,14 @@ type acceptedMsg struct {
 type subscribeMsg struct {
 	scopeMsg
 	NodeID string `json:"node_id"`
+	// Holds are the minutes (unix ms) the node holds a range of already,
+	// from an earlier stream: its new slave must not split them again.
+	Holds []int64 `json:"holds"`
 }
+
+// maxHolds bounds the held minutes a slave takes from a subscription (a
+// node holds the current minute and perhaps the next).
+const maxHolds = 4
 
 // encode returns the envelope of a message of type typ.
 func encode(typ string, body any) []byte {
@@ -175,15 +192,42 @@ func (m rangeMsg) tokenRange() eventstore.TokenRange {
 	return eventstore.TokenRange{Min: m.Min, Max: m.Max}
 }
 
-// validate checks a received range message.
-func (m rangeMsg) validate() error {
+// validate checks a received range message against the receiver's cycle
+// and clock: a non-empty range, a part index within its count, valid for
+// exactly one cycle starting on a cycle boundary, for a minute no later
+// than the one after next (the next one published, with a cycle of clock
+// skew), and no more tokens than its share of the ring (2^64 / Of, rounded
+// up: a slave's slice is at most that, so its parts are too). A range
+// valid for years would otherwise be held and handed out, hiding every
+// range after it.
+func (m rangeMsg) validate(now time.Time, cycle time.Duration) error {
+	minute := fromMS(m.ValidForMinute)
 	switch {
 	case m.Min > m.Max:
 		return fmt.Errorf("%w: empty range [%d, %d]", ErrBadMessage, m.Min, m.Max)
-	case m.ValidUntil <= m.ValidForMinute:
-		return fmt.Errorf("%w: valid until %d is not after valid for minute %d", ErrBadMessage, m.ValidUntil, m.ValidForMinute)
 	case m.Of < 1 || m.Index < 0 || m.Index >= m.Of:
 		return fmt.Errorf("%w: part %d of %d", ErrBadMessage, m.Index, m.Of)
+	case m.ValidUntil-m.ValidForMinute != cycle.Milliseconds():
+		return fmt.Errorf("%w: range valid for %v (from %v), this node's cycle is %v", ErrBadMessage,
+			time.Duration(m.ValidUntil-m.ValidForMinute)*time.Millisecond, minute, cycle)
+	case !cycleStart(minute, cycle).Equal(minute):
+		return fmt.Errorf("%w: range valid from %v, not the start of a %v cycle", ErrBadMessage, minute, cycle)
+	case minute.After(cycleStart(now, cycle).Add(2 * cycle)):
+		return fmt.Errorf("%w: range for the minute of %v, more than a cycle after the next one (now %v)", ErrBadMessage, minute, now)
+	case m.Of > 1 && Span(m.tokenRange()) >= ceilFraction(^uint64(0), 1, uint64(m.Of)):
+		return fmt.Errorf("%w: range [%d, %d] is larger than part %d of %d of the ring", ErrBadMessage, m.Min, m.Max, m.Index+1, m.Of)
+	}
+	return nil
+}
+
+// validateSlice checks a master's slice: validate, and exactly part Index
+// of Of of the ring, as the master splits it.
+func (m rangeMsg) validateSlice(now time.Time, cycle time.Duration) error {
+	if err := m.validate(now, cycle); err != nil {
+		return err
+	}
+	if want := partOf(FullRing, m.Index, m.Of); m.tokenRange() != want {
+		return fmt.Errorf("%w: slice [%d, %d] is not part %d of %d of the ring %v", ErrBadMessage, m.Min, m.Max, m.Index+1, m.Of, rangeOf(want))
 	}
 	return nil
 }

@@ -263,9 +263,18 @@ func newTestSlave(t *testing.T, now *time.Time) *Slave {
 	return s
 }
 
+// slice is a range message for minute: part i of 3 if r is the ring's part
+// i of 3, else part 1 of 3.
 func slice(minute time.Time, r eventstore.TokenRange) rangeMsg {
-	return rangeMsg{scopeMsg: scopeMsg{DefaultRegion, DefaultCluster}, From: "m", ValidForMinute: ms(minute), ValidUntil: ms(minute.Add(time.Minute)),
+	m := rangeMsg{scopeMsg: scopeMsg{DefaultRegion, DefaultCluster}, From: "m", ValidForMinute: ms(minute), ValidUntil: ms(minute.Add(time.Minute)),
 		Min: r.Min, Max: r.Max, Index: 0, Of: 3}
+	thirds, _ := SplitRing(3)
+	for i, p := range thirds {
+		if p == r {
+			m.Index = i
+		}
+	}
+	return m
 }
 
 func TestSlaveSplitsEachMinuteOnce(t *testing.T) {

@@ -30,17 +30,30 @@ type Slave struct {
 	slices    []*sliceState // minutes not over, ascending
 	connected bool          // registered with the master right now
 	masterID  string
+	changed   chan struct{} // capacity 1: the number of orchestrators changed
 }
 
 type orchEntry struct {
-	node string
-	out  *queue
+	node  string
+	out   *queue
+	holds []time.Time // minutes it held a range of when it subscribed
+}
+
+// holdsMinute reports whether e held a range of minute when it subscribed.
+func (e *orchEntry) holdsMinute(minute time.Time) bool {
+	for _, h := range e.holds {
+		if h.Equal(minute) {
+			return true
+		}
+	}
+	return false
 }
 
 type sliceState struct {
 	msg           rangeMsg // as received from the master
 	minute, until time.Time
 	split         bool       // its split among orchestrators is fixed
+	refused       bool       // not split: a node held a range of its minute already
 	nodes         []nodePart // the split, in order
 }
 
@@ -50,15 +63,16 @@ type nodePart struct {
 }
 
 // NewSlave binds the slave's address (WithListen) and returns it ready to
-// Run. It needs its master (WithMaster). Options: WithScope, WithListen,
-// WithAdvertise, WithMaster, WithBackoff, WithNodeID, WithClock,
+// Run. It needs its master (WithMaster) and the master's cycle
+// (WithCycle). Options: WithScope, WithListen, WithAdvertise, WithMaster,
+// WithCycle, WithBackoff, WithNodeID, WithClock,
 // WithLogger, WithTransport, WithConfig.
 func NewSlave(opts ...Option) (*Slave, error) {
 	o := build(opts)
 	if err := o.validate("slave", true); err != nil {
 		return nil, err
 	}
-	s := &Slave{o: o, id: o.nodeID}
+	s := &Slave{o: o, id: o.nodeID, changed: make(chan struct{}, 1)}
 	if s.id == "" {
 		s.id = "slave-" + uuid.NewString()
 	}
@@ -165,7 +179,11 @@ func (s *Slave) registerOnce(ctx context.Context) (accepted bool, err error) {
 		return false, err
 	}
 	defer conn.Close()
-	req := encode(msgRegister, registerMsg{scopeMsg: scopeOf(&s.o), SlaveID: s.id, Addr: s.o.advertise})
+	rctx, cancel := context.WithCancel(ctx)
+	var reporter sync.WaitGroup
+	defer func() { cancel(); reporter.Wait() }() // before the connection closes
+	nodes := s.nodeCount()
+	req := encode(msgRegister, registerMsg{scopeMsg: scopeOf(&s.o), SlaveID: s.id, Addr: s.o.advertise, Nodes: nodes})
 	err = conn.RequestStream(ctx, req, func(b []byte) error {
 		typ, err := decode(b, "", nil)
 		if err != nil {
@@ -177,11 +195,15 @@ func (s *Slave) registerOnce(ctx context.Context) (accepted bool, err error) {
 			if _, err := decode(b, msgRegistered, &a); err != nil {
 				return err
 			}
-			accepted = true
 			s.mu.Lock()
 			s.connected, s.masterID = true, a.ID
 			s.mu.Unlock()
-			s.o.log.Info("ringcoordinator: slave registered with its master", "master", s.o.master, "master_id", a.ID)
+			s.o.log.Info("ringcoordinator: slave registered with its master", "master", s.o.master, "master_id", a.ID, "orchestrators", nodes)
+			if !accepted {
+				accepted = true
+				reporter.Add(1)
+				go func() { defer reporter.Done(); s.reportNodes(rctx, conn, nodes) }()
+			}
 			return nil
 		case msgSlice:
 			var m rangeMsg
@@ -199,16 +221,64 @@ func (s *Slave) registerOnce(ctx context.Context) (accepted bool, err error) {
 	return accepted, err
 }
 
+// nodeCount returns the number of orchestrators streaming from the slave.
+func (s *Slave) nodeCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.orchs)
+}
+
+// nodesChanged wakes reportNodes.
+func (s *Slave) nodesChanged() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// reportNodes tells the master, over conn, the number of orchestrators
+// streaming from the slave whenever it differs from the one the master
+// has (reported, given at registration), until ctx ends. The master
+// gives slices only to slaves that have orchestrators.
+func (s *Slave) reportNodes(ctx context.Context, conn Conn, reported int) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.changed:
+		}
+		n := s.nodeCount()
+		if n == reported {
+			continue
+		}
+		_, err := conn.RequestResponse(ctx, encode(msgNodes, nodesMsg{scopeMsg: scopeOf(&s.o), SlaveID: s.id, Nodes: n}))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.o.log.Warn("ringcoordinator: slave could not tell its master its orchestrators; retrying", "orchestrators", n, "err", err)
+			if !wait.Sleep(ctx, s.o.minBackoff) {
+				return
+			}
+			s.nodesChanged()
+			continue
+		}
+		reported = n
+		s.o.log.Debug("ringcoordinator: slave told its master its orchestrators", "orchestrators", n)
+	}
+}
+
 // onSlice records the slice of a minute and splits it among the
 // orchestrators connected now (if any: else the first to connect gets it).
 func (s *Slave) onSlice(m rangeMsg) error {
-	if err := m.validate(); err != nil {
+	now := s.o.now()
+	if err := m.validateSlice(now, s.o.cycle); err != nil {
+		s.o.log.Warn("ringcoordinator: slave refused a slice", "from", m.From, "err", err)
 		return err
 	}
 	if err := checkScope(scopeOf(&s.o), m.scopeMsg, "master "+m.From); err != nil {
 		return err
 	}
-	now := s.o.now()
 	st := &sliceState{msg: m, minute: fromMS(m.ValidForMinute), until: fromMS(m.ValidUntil)}
 	if !now.Before(st.until) {
 		s.o.log.Warn("ringcoordinator: slave ignored a slice of a minute already over", "valid_for_minute", st.minute)
@@ -229,10 +299,25 @@ func (s *Slave) onSlice(m rangeMsg) error {
 	sort.Slice(s.slices, func(i, j int) bool { return s.slices[i].minute.Before(s.slices[j].minute) })
 	s.o.log.Info("ringcoordinator: slave received its slice", "valid_for_minute", st.minute,
 		"min", m.Min, "max", m.Max, "part", m.Index+1, "of", m.Of, "orchestrators", len(s.orchs))
+	for _, e := range s.orchs {
+		if e.holdsMinute(st.minute) {
+			s.refuseLocked(st, e.node)
+			return nil
+		}
+	}
 	if len(s.orchs) > 0 {
 		s.splitLocked(st)
 	}
 	return nil
+}
+
+// refuseLocked fixes st unsplit: node holds a range of its minute from
+// another split (a slave or master that restarted), which a part of st
+// could overlap. Nobody scans st from this slave.
+func (s *Slave) refuseLocked(st *sliceState, node string) {
+	st.split, st.refused = true, true
+	s.o.log.Warn("ringcoordinator: slave refused to split a slice: a node holds a range of its minute from another split",
+		"valid_for_minute", st.minute, "node", node)
 }
 
 // splitLocked fixes the split of st among the orchestrators connected now
@@ -286,6 +371,9 @@ func (s *Slave) RequestStream(ctx context.Context, req []byte, send func([]byte)
 		return fmt.Errorf("%w: an orchestrator subscribes with a node id", ErrBadMessage)
 	}
 	e := &orchEntry{node: sub.NodeID, out: newQueue()}
+	for _, h := range sub.Holds[:min(len(sub.Holds), maxHolds)] {
+		e.holds = append(e.holds, fromMS(h))
+	}
 	if err := send(encode(msgSubscribed, acceptedMsg{ID: s.id})); err != nil {
 		return nil
 	}
@@ -318,13 +406,18 @@ func (s *Slave) addOrch(e *orchEntry) {
 	}
 	if !replaced {
 		s.orchs = append(s.orchs, e)
+		s.nodesChanged()
 	}
 	now := s.o.now()
 	s.prune(now)
 	scope := scopeOf(&s.o)
 	for _, st := range s.slices {
 		if !st.split {
-			s.splitLocked(st)
+			if e.holdsMinute(st.minute) {
+				s.refuseLocked(st, e.node)
+			} else {
+				s.splitLocked(st)
+			}
 			continue
 		}
 		for i, p := range st.nodes {
@@ -347,6 +440,7 @@ func (s *Slave) removeOrch(e *orchEntry) {
 	for i, x := range s.orchs {
 		if x == e {
 			s.orchs = append(s.orchs[:i], s.orchs[i+1:]...)
+			s.nodesChanged()
 			return
 		}
 	}
@@ -378,7 +472,8 @@ func (s *Slave) Assignment(now time.Time) Assignment {
 		if !now.Before(st.until) {
 			continue
 		}
-		sa := SliceAssignment{Index: st.msg.Index, Of: st.msg.Of, Range: rangeOf(st.msg.tokenRange()), SlaveID: s.id, Addr: s.o.advertise, Pending: !st.split}
+		sa := SliceAssignment{Index: st.msg.Index, Of: st.msg.Of, Range: rangeOf(st.msg.tokenRange()), SlaveID: s.id, Addr: s.o.advertise,
+			Pending: !st.split, Refused: st.refused}
 		for _, p := range st.nodes {
 			sa.Nodes = append(sa.Nodes, NodeAssignment{NodeID: p.node, Range: rangeOf(p.r), Connected: live[p.node]})
 		}
