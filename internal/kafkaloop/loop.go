@@ -123,7 +123,9 @@ type Options struct {
 	// retried (handler first) with backoff. Count dead-lettered records
 	// here. If DeadLetter is nil, such records are logged and retried like
 	// any other failure: a permanent error then stalls its key (and the
-	// commits of its partition) until the handler succeeds.
+	// commits of its partition) until the handler succeeds. RunShare
+	// requires it (ErrNoDeadLetter) and may call it several times for a
+	// record (see "Share mode").
 	DeadLetter func(ctx context.Context, r *kgo.Record, reason string) error
 	// Abandoned (consumer groups only, Run), if set, is called for each
 	// record that failed at least once and that the loop leaves unfinished
@@ -137,11 +139,14 @@ type Options struct {
 	// DeliveryLimit (share mode only, RunShare) is the share group's
 	// delivery count limit (share.delivery.count.limit): a record that
 	// fails on its last delivery is dead-lettered and rejected instead of
-	// released (default DefaultDeliveryLimit, the broker's default).
+	// released (default DefaultDeliveryLimit, the broker's default). It
+	// must be the group's own (topics.ShareDeliveryLimit reads it): with a
+	// higher one the broker archives records the loop releases.
 	DeliveryLimit int
 	// Released (share mode only, RunShare), if set, is called after a
-	// record was released for redelivery (why: "failed", "shutdown", ...);
-	// the redelivery may go to another member.
+	// record was released for redelivery (why: "failed" or "dead letter
+	// failed"; never on its last delivery); the redelivery may go to
+	// another member.
 	Released func(r *kgo.Record, why string)
 	// RenewLocks (share mode only, RunShare) keeps the acquisition locks of
 	// a poll's records while they wait for a handler, run, or wait out a
