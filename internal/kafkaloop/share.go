@@ -41,12 +41,13 @@ import (
 //
 // No record is released on its last delivery: the broker archives a
 // record released (or whose lock ends) once its delivery count has
-// reached the limit, and nothing would be left of it. A dead letter that
-// fails is tried three times; before the last delivery the record is then
-// released (it comes back, and its dead letter is tried again), on the
-// last one it is held (its lock renewed with Options.RenewLocks) and its
-// dead letter retried, with a backoff growing to maxDeadLetterBackoff and
-// an error logged each time, until it succeeds. Only a shutdown ends that
+// reached the limit, and nothing would be left of it. Before the last
+// delivery a dead letter that fails is tried three times, then the record
+// is released (it comes back, and its dead letter is tried again). On the
+// last one the record is held (its lock renewed with Options.RenewLocks)
+// and its dead letter retried, with a backoff growing to
+// maxDeadLetterBackoff and an error logged each time, until it succeeds;
+// meanwhile the next poll waits. Only a shutdown ends that
 // wait: after shutdownDeadLetterTries more tries the record is rejected,
 // and logged at Error with its topic, partition, offset and key as lost to
 // the broker's archive. Without RenewLocks the lock of a record held that
