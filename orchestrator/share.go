@@ -98,11 +98,20 @@ func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) 
 	if !support.LockRenewal {
 		o.logger().Warn("orchestrator: share-group record locks cannot be renewed (KIP-1222): a reply applied for longer than the record lock is delivered again meanwhile, and a poll held longer than the client's connection idle timeout (30s by default) loses its records", "group", group, "reason", support.NoLockRenewal)
 	}
+	limit := o.cfg.share.Limit()
 	if err := topics.ConfigureShareGroup(ctx, cons, group, o.cfg.share); err != nil {
 		if o.cfg.provision {
 			return fmt.Errorf("orchestrator: %w", err)
 		}
-		o.logger().Warn("orchestrator: could not configure the share group (WithoutProvision: going on with its current configs)", "group", group, "err", err)
+		// The loop must know the delivery the broker treats as the last:
+		// a reply released on it is archived without a dead letter.
+		got, rerr := topics.ShareDeliveryLimit(ctx, cons, group)
+		if rerr != nil {
+			return fmt.Errorf("orchestrator: share group %s: could not configure it (%w) nor read its share.delivery.count.limit: %w", group, err, rerr)
+		}
+		o.logger().Warn("orchestrator: could not configure the share group (WithoutProvision: going on with its current configs, and its delivery limit)",
+			"group", group, "err", err, "delivery_limit", got, "delivery_limit_configured", limit)
+		limit = got
 	}
 	o.shareRenew = support.LockRenewal
 	o.runOnce.Do(func() { close(o.running) })
@@ -110,7 +119,7 @@ func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) 
 		Concurrency:    o.cfg.concurrency,
 		MaxPollRecords: o.cfg.concurrency, // as shareClientOpts' fetch limit
 		Logger:         o.cfg.logger,
-		DeliveryLimit:  o.cfg.share.Limit(),
+		DeliveryLimit:  limit,
 		RenewLocks:     support.LockRenewal,
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
 			return o.deadLetter(pctx, r, dlGivenUp, "orchestrator: "+reason)

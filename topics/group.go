@@ -289,3 +289,43 @@ func ConfigureShareGroup(ctx context.Context, r kmsg.Requestor, group string, s 
 	}
 	return nil
 }
+
+// ShareDeliveryLimit reads the share group's effective
+// share.delivery.count.limit (DescribeConfigs on the GROUP resource): its
+// group config, or the brokers' group.share.delivery.count.limit when the
+// group has none. A consume loop that cannot configure its group uses it,
+// so that it dead-letters a record on the delivery the broker treats as the
+// last, and not after the broker has archived it.
+func ShareDeliveryLimit(ctx context.Context, r kmsg.Requestor, group string) (int, error) {
+	const name = "share.delivery.count.limit"
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = group
+	res.ConfigNames = []string{name}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, r)
+	if err != nil {
+		return 0, fmt.Errorf("topics: read %s of share group %s: %w", name, group, err)
+	}
+	for _, rr := range resp.Resources {
+		if err := kerr.ErrorForCode(rr.ErrorCode); err != nil {
+			msg := ""
+			if rr.ErrorMessage != nil {
+				msg = ": " + *rr.ErrorMessage
+			}
+			return 0, fmt.Errorf("topics: read %s of share group %s: %w%s", name, group, err, msg)
+		}
+		for _, c := range rr.Configs {
+			if c.Name != name || c.Value == nil {
+				continue
+			}
+			n, err := strconv.Atoi(*c.Value)
+			if err != nil || n < 1 {
+				return 0, fmt.Errorf("topics: share group %s has %s %q, not a positive number", group, name, *c.Value)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("topics: the brokers did not report %s of share group %s", name, group)
+}

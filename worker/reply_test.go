@@ -262,3 +262,47 @@ func TestNoticeRetriedWithoutDeadLetteringAgain(t *testing.T) {
 	}
 	waitStats(t, w, worker.Stats{DeadLettered: 1})
 }
+
+// A reply kept for a retry is dropped with its command's partition: when a
+// rebalance moves the partition to another instance, that instance answers
+// the command, and the first keeps neither the reply nor its payload. Both
+// instances fail every reply (the callback topic's broker refuses them),
+// so each keeps one per partition it owns; once the second has joined, the
+// first keeps none for the partitions the second now owns.
+func TestPendingRepliesDroppedWithPartition(t *testing.T) {
+	e := newKfake(t) // a command topic of 4 partitions
+	e.kfake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: e.callback, Err: kerr.NotEnoughReplicas, Count: -1})
+	retry := worker.WithKafkaOpts(kgo.RecordRetries(1), kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }))
+	a := e.newWorker(retry)
+	countingCharge(t, a)
+	e.start(a)
+	var cmds []*topics.Envelope
+	for i := range 32 { // keys that cover the four partitions
+		cmds = append(cmds, e.cmd(fmt.Sprint("tx-", i), "charge", 0, topics.KindProcess, Order{ID: fmt.Sprint(i)}))
+	}
+	e.send(cmds...)
+	waitForCond(t, "a reply kept for every partition", func() bool { return len(worker.PendingPartitions(a)) == 4 })
+	b := e.newWorker(retry)
+	countingCharge(t, b)
+	e.start(b)
+	waitForCond(t, "the second instance keeping replies of the partitions it got", func() bool { return len(worker.PendingPartitions(b)) > 0 })
+	var pa, pb map[int32]int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pa, pb = worker.PendingPartitions(a), worker.PendingPartitions(b)
+		shared := 0
+		for p := range pb {
+			if pa[p] > 0 {
+				shared++
+			}
+		}
+		if shared == 0 && len(pa)+len(pb) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replies kept by partition: first instance %v, second %v; want the first to keep none of the second's partitions", pa, pb)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("replies kept by partition: first instance %v, second %v", pa, pb)
+}

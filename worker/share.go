@@ -20,9 +20,16 @@ package worker
 //
 // Run gives the group its configs when it starts (topics.ConfigureShareGroup:
 // share.auto.offset.reset=earliest, the delivery limit and, if set, the
-// acquisition lock). At shutdown the commands fetched but not started are
-// released at once; a killed instance's commands come back after the
-// acquisition lock. Commands of one saga may run on several instances at
+// acquisition lock). With WithoutProvision a failure to do so is a warning,
+// and the worker reads the group's delivery limit instead
+// (topics.ShareDeliveryLimit; failing that, Run fails): a command must be
+// dead-lettered on the delivery the broker treats as its last. A command
+// is never released on its last delivery (the broker would archive it): if
+// its dead letter cannot be produced, it is held and the dead letter tried
+// again. At shutdown the commands already fetched (one poll, twice the
+// concurrency) run before Run returns, rather than being released, which
+// would spend one of their deliveries; a killed instance's commands come
+// back after the acquisition lock. Commands of one saga may run on several instances at
 // once and duplicates are the norm: use the STRICT guard (writeprotect),
 // which runs a step once even when two instances get it at the same moment.
 //
@@ -78,11 +85,20 @@ func (w *Worker) runShare(ctx context.Context) error {
 	if !support.LockRenewal {
 		w.log.Warn("worker: share-group record locks cannot be renewed (KIP-1222): a step running longer than the record lock is delivered again meanwhile, and a poll held longer than the client's connection idle timeout (30s by default) loses its records", "group", w.cfg.group, "reason", support.NoLockRenewal)
 	}
+	limit := w.cfg.share.Limit()
 	if err := topics.ConfigureShareGroup(ctx, cl, w.cfg.group, w.cfg.share); err != nil {
 		if !w.cfg.noProvision {
 			return fmt.Errorf("worker: %w", err)
 		}
-		w.log.Warn("worker: could not configure the share group (WithoutProvision: going on with its current configs)", "group", w.cfg.group, "err", err)
+		// The loop must know the delivery the broker treats as the last:
+		// a record released on it is archived without a dead letter.
+		got, rerr := topics.ShareDeliveryLimit(ctx, cl, w.cfg.group)
+		if rerr != nil {
+			return fmt.Errorf("worker: share group %s: could not configure it (%w) nor read its share.delivery.count.limit: %w", w.cfg.group, err, rerr)
+		}
+		w.log.Warn("worker: could not configure the share group (WithoutProvision: going on with its current configs, and its delivery limit)",
+			"group", w.cfg.group, "err", err, "delivery_limit", got, "delivery_limit_configured", limit)
+		limit = got
 	}
 
 	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -112,7 +128,7 @@ func (w *Worker) runShare(ctx context.Context) error {
 		Concurrency:    w.cfg.concurrency,
 		MaxPollRecords: maxPoll,
 		Logger:         w.log,
-		DeliveryLimit:  w.cfg.share.Limit(),
+		DeliveryLimit:  limit,
 		RenewLocks:     support.LockRenewal,
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
 			w.dropPending(r)

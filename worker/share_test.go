@@ -472,3 +472,62 @@ func TestShareLateAcceptFailsAndIsCounted(t *testing.T) {
 		t.Errorf("logged %q, want the refused accept at Warn with its topic, error and effect", got)
 	}
 }
+
+// A share-group worker that cannot configure its group (WithoutProvision,
+// and here a client that cannot send IncrementalAlterConfigs) works with
+// the group's real delivery limit, not the one it was given: an operator
+// set 2, the worker was told 5, and a command failing on every delivery is
+// dead-lettered on its second, before the broker would archive it.
+func TestShareWorkerUsesTheGroupsDeliveryLimit(t *testing.T) {
+	e := newRealKafkaPartitions(t, 1)
+	admin, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := topics.ConfigureShareGroup(t.Context(), admin, e.group, topics.ShareSettings{DeliveryLimit: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// The broker answers from its metadata, which takes the change a
+	// moment after the controller.
+	waitForCond(t, "the broker serving the group's limit of 2", func() bool {
+		n, err := topics.ShareDeliveryLimit(t.Context(), admin, e.group)
+		return err == nil && n == 2
+	})
+	noAlter := kversion.Stable()
+	noAlter.SetMaxKeyVersion(int16(kmsg.IncrementalAlterConfigs), -1)
+	g := &failingGuard{failed: map[string]int{}, only: "t-bad"}
+	w := shareWorker(e, worker.WithGuard(g), worker.WithoutProvision(), worker.WithKafkaOpts(kgo.MaxVersions(noAlter)),
+		worker.WithShareSettings(topics.ShareSettings{DeliveryLimit: 5}))
+	e.start(w)
+	e.send(e.cmd("t-bad", "charge", 0, topics.KindProcess, Order{ID: "bad", Amount: 1}))
+	e.waitFor("the dead letter", func(_ []*topics.Envelope, ds []*kgo.Record) bool { return len(ds) == 1 })
+	e.mu.Lock()
+	reason := topics.DeadLetterReason(e.dlts[0])
+	e.mu.Unlock()
+	if want := worker.ReasonGivenUp + ": delivery count limit of 2 reached: "; !strings.HasPrefix(reason, want) {
+		t.Errorf("reason %q, want %q…", reason, want)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed["t-bad"] != 2 {
+		t.Errorf("t-bad tried %d times, want 2", g.failed["t-bad"])
+	}
+}
+
+// A share-group worker that can neither configure its group nor read the
+// group's delivery limit fails at start, naming the config, instead of
+// assuming a limit the broker may not have.
+func TestShareUnknownDeliveryLimitFailsAtStart(t *testing.T) {
+	e := newKfake(t)
+	blind := kversion.Stable()
+	blind.SetMaxKeyVersion(int16(kmsg.IncrementalAlterConfigs), -1)
+	blind.SetMaxKeyVersion(int16(kmsg.DescribeConfigs), -1)
+	w := shareWorker(e, worker.WithoutProvision(), worker.WithKafkaOpts(kgo.MaxVersions(blind)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := w.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "share.delivery.count.limit") {
+		t.Fatalf("Run: %v, want a start failure naming share.delivery.count.limit", err)
+	}
+}

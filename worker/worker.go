@@ -128,7 +128,9 @@ type Worker struct {
 
 	// pending keeps the replies whose produce failed for a transient
 	// reason, so a retry of the same record re-sends the reply instead of
-	// running the handler (or dead-lettering the record) again. pendingN
+	// running the handler (or dead-lettering the record) again. A reply
+	// goes when its command is settled, released (share groups) or left to
+	// another instance with its partition (kafkaloop's Abandoned). pendingN
 	// guards the hot path from the map lookup.
 	pending  sync.Map // recordID -> *outgoing
 	pendingN atomic.Int64
@@ -352,6 +354,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.dropPending(r)
 			return w.deadLetter(pctx, cl, r, ReasonGivenUp+": "+reason)
 		},
+		// A command whose partition moved is answered by its next owner:
+		// the reply kept here for its retry would never be used.
+		Abandoned: w.dropPending,
 	})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)

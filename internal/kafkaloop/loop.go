@@ -30,7 +30,9 @@
 //     their unfinished records go to the next owner from that commit. Lost
 //     partitions are forgotten without a commit. A handler still running
 //     when its partition is forgotten keeps its key busy in this process
-//     until it returns, so a key is never handled twice at once here.
+//     until it returns, so a key is never handled twice at once here. The
+//     failed records of a forgotten partition go to Options.Abandoned, so
+//     that what a handler kept for their retry goes with the partition.
 //   - Shutdown: when Run's context ends, nothing new starts (failing
 //     records are not retried), running handlers finish (their context does
 //     not end), the finished prefix is committed and Run returns.
@@ -121,17 +123,30 @@ type Options struct {
 	// retried (handler first) with backoff. Count dead-lettered records
 	// here. If DeadLetter is nil, such records are logged and retried like
 	// any other failure: a permanent error then stalls its key (and the
-	// commits of its partition) until the handler succeeds.
+	// commits of its partition) until the handler succeeds. RunShare
+	// requires it (ErrNoDeadLetter) and may call it several times for a
+	// record (see "Share mode").
 	DeadLetter func(ctx context.Context, r *kgo.Record, reason string) error
+	// Abandoned (consumer groups only, Run), if set, is called for each
+	// record that failed at least once and that the loop leaves unfinished
+	// because its partition was revoked or lost (for a record whose handler
+	// was running then, once the handler has failed): the partition's next
+	// owner handles the record, so whatever the handler kept for its retry
+	// (the worker's reply waiting to be sent again) is of no more use here.
+	// It is called without the loop's locks held.
+	Abandoned func(r *kgo.Record)
 
 	// DeliveryLimit (share mode only, RunShare) is the share group's
 	// delivery count limit (share.delivery.count.limit): a record that
 	// fails on its last delivery is dead-lettered and rejected instead of
-	// released (default DefaultDeliveryLimit, the broker's default).
+	// released (default DefaultDeliveryLimit, the broker's default). It
+	// must be the group's own (topics.ShareDeliveryLimit reads it): with a
+	// higher one the broker archives records the loop releases.
 	DeliveryLimit int
 	// Released (share mode only, RunShare), if set, is called after a
-	// record was released for redelivery (why: "failed", "shutdown", ...);
-	// the redelivery may go to another member.
+	// record was released for redelivery (why: "failed" or "dead letter
+	// failed"; never on its last delivery); the redelivery may go to
+	// another member.
 	Released func(r *kgo.Record, why string)
 	// RenewLocks (share mode only, RunShare) keeps the acquisition locks of
 	// a poll's records while they wait for a handler, run, or wait out a
@@ -251,12 +266,12 @@ func ClientOpts() []kgo.Opt {
 				l.o.Logger.Warn("kafkaloop: commit on revoke failed", "err", err)
 			}
 			if l != nil {
-				l.drop(revoked)
+				l.abandon(l.drop(revoked))
 			}
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
 			if l := loopOf(cl); l != nil {
-				l.drop(lost)
+				l.abandon(l.drop(lost))
 			}
 		}),
 	)

@@ -39,6 +39,21 @@ import (
 //     record that keeps failing lands in the dead-letter topic instead of
 //     being archived by the broker without a trace.
 //
+// No record is released on its last delivery: the broker archives a
+// record released (or whose lock ends) once its delivery count has
+// reached the limit, and nothing would be left of it. Before the last
+// delivery a dead letter that fails is tried three times, then the record
+// is released (it comes back, and its dead letter is tried again). On the
+// last one the record is held (its lock renewed with Options.RenewLocks)
+// and its dead letter retried, with a backoff growing to
+// maxDeadLetterBackoff and an error logged each time, until it succeeds;
+// meanwhile the next poll waits. Only a shutdown ends that
+// wait: after shutdownDeadLetterTries more tries the record is rejected,
+// and logged at Error with its topic, partition, offset and key as lost to
+// the broker's archive. Without RenewLocks the lock of a record held that
+// long ends and the broker archives it meanwhile; its dead letter, still
+// retried, keeps it.
+//
 // There is no order: records of one key may reach several members at
 // once, and duplicates are the norm; handlers must fence what they change.
 // Within one poll, records of one key run one after the other; records of
@@ -55,13 +70,17 @@ import (
 // redelivered to another member meanwhile. A process that dies stops
 // renewing: its records come back after one lock.
 //
-// Shutdown: when ctx ends, the records of the poll in hand that have not
-// started are released at once (another member gets them without waiting
-// for their lock), running handlers finish and are acknowledged, the
-// acknowledgements are flushed and RunShare returns. Close the client after
-// it: closing leaves the group and releases anything still held. A process
-// that dies (kill -9) leaves its records locked until the acquisition lock
-// times out; the broker then redelivers them.
+// Shutdown: when ctx ends, the loop polls no more; every record of the
+// poll in hand runs (its handler's context does not end) and is
+// acknowledged, the acknowledgements are flushed and RunShare returns.
+// None is released unstarted: the broker counts a delivery when it hands a
+// record out, so a release would spend one of a record that never ran, and
+// on its last delivery the broker would archive it. Options.MaxPollRecords
+// (the fetch's limit, see ShareClientOpts) bounds that work: at most a poll
+// of records, Options.Concurrency at a time. Close the client after it:
+// closing leaves the group. A process that dies (kill -9) leaves its
+// records locked until the acquisition lock times out, or until the broker
+// sees its connection close; the broker then redelivers them.
 //
 // Failed acknowledgements: kgo retries an acknowledgement that may pass
 // and drops one that cannot (the broker refused it, typically because the
@@ -84,6 +103,19 @@ const DefaultShareMaxPollRecords = 256
 
 // ackFlushTimeout bounds the final flush of acknowledgements.
 const ackFlushTimeout = 10 * time.Second
+
+// maxDeadLetterBackoff caps the pause between the tries of the dead letter
+// of a record held on its last delivery.
+const maxDeadLetterBackoff = 10 * time.Second
+
+// shutdownDeadLetterTries is how many more times, once RunShare's context
+// has ended, the dead letter of a record held on its last delivery is
+// tried before the record is given up.
+const shutdownDeadLetterTries = 3
+
+// ErrNoDeadLetter: RunShare needs Options.DeadLetter, where records go that
+// cannot be processed, or fail on their last delivery.
+var ErrNoDeadLetter = errors.New("kafkaloop: share mode needs Options.DeadLetter: without it a record failing on its last delivery would be archived by the broker")
 
 // RejectedError marks a handler error for a record the handler has already
 // dead-lettered (with its own reason): share mode rejects it without
@@ -205,9 +237,13 @@ func shareAckFailureEffect(err error) string {
 
 // RunShare consumes with cl, a share-group client (see ShareClientOpts),
 // until ctx ends; see "Share mode" above. It returns nil after a shutdown,
-// and an error only if the client was closed under it. One client serves
-// one RunShare at a time.
+// ErrNoDeadLetter at once without Options.DeadLetter, and an error
+// otherwise only if the client was closed under it. One client serves one
+// RunShare at a time.
 func RunShare(ctx context.Context, cl *kgo.Client, h Handler, o Options) error {
+	if o.DeadLetter == nil {
+		return ErrNoDeadLetter
+	}
 	if o.MaxPollRecords <= 0 {
 		o.MaxPollRecords = DefaultShareMaxPollRecords
 	}
@@ -335,20 +371,10 @@ func (s *shareLoop) renew(recs []*kgo.Record) (stop func()) {
 	}
 }
 
-// one handles r, unless ctx has ended (then it is released at once), and
-// acknowledges it.
+// one handles r and acknowledges it. It runs r even once ctx has ended
+// (see "Shutdown" above).
 func (s *shareLoop) one(ctx context.Context, r *kgo.Record) {
-	select {
-	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		s.release(r, "shutdown")
-		return
-	}
-	if ctx.Err() != nil {
-		<-s.sem
-		s.release(r, "shutdown")
-		return
-	}
+	s.sem <- struct{}{}
 	err := s.h(s.hctx, r)
 	<-s.sem
 	s.settle(ctx, r, err)
@@ -361,6 +387,7 @@ func (s *shareLoop) settle(ctx context.Context, r *kgo.Record, err error) {
 		return
 	}
 	n := int(r.DeliveryCount())
+	last := n >= s.o.DeliveryLimit
 	log := s.o.Logger.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "delivery", n, "err", err)
 	if IsRejected(err) {
 		log.Warn("kafkaloop: record rejected (dead-lettered by its handler)")
@@ -371,7 +398,7 @@ func (s *shareLoop) settle(ctx context.Context, r *kgo.Record, err error) {
 	switch {
 	case IsPermanent(err):
 		reason = "permanent: " + err.Error()
-	case n >= s.o.DeliveryLimit:
+	case last:
 		reason = fmt.Sprintf("delivery count limit of %d reached: %v", s.o.DeliveryLimit, err)
 	}
 	if reason == "" {
@@ -380,26 +407,69 @@ func (s *shareLoop) settle(ctx context.Context, r *kgo.Record, err error) {
 		s.release(r, "failed")
 		return
 	}
-	if s.o.DeadLetter == nil {
-		log.Error("kafkaloop: record cannot succeed but no dead letter is configured, releasing it", "reason", reason)
-		s.release(r, "no dead letter")
-		return
-	}
-	// The dead letter is the record's last chance: try it a few times
-	// within the record's lock before giving the record back.
-	var dlErr error
-	for try := 1; try <= 3; try++ {
-		if dlErr = s.o.DeadLetter(s.hctx, r, reason); dlErr == nil {
+	s.deadLetter(ctx, r, reason, last, log)
+}
+
+// deadLetter hands r to Options.DeadLetter with reason and rejects it once
+// that succeeded. A dead letter that keeps failing releases r for a later
+// delivery, unless this is its last one (see "No record is released on
+// its last delivery" above).
+func (s *shareLoop) deadLetter(ctx context.Context, r *kgo.Record, reason string, last bool, log *slog.Logger) {
+	afterShutdown := 0
+	for try := 1; ; try++ {
+		dlErr := s.o.DeadLetter(s.hctx, r, reason)
+		if dlErr == nil {
 			log.Warn("kafkaloop: record dead-lettered and rejected", "reason", reason)
 			r.Ack(kgo.AckReject)
 			return
 		}
-		if try < 3 && !s.wait(ctx, r, s.backoff(try)) {
-			break
+		if !last {
+			// The dead letter is the record's last chance on this
+			// delivery: try it a few times within the record's lock
+			// before giving the record back.
+			if try < 3 && s.wait(ctx, r, s.backoff(try)) {
+				continue
+			}
+			log.Error("kafkaloop: dead letter failed, releasing the record", "reason", reason, "dead_letter_err", dlErr)
+			s.release(r, "dead letter failed")
+			return
+		}
+		// Releasing it would have the broker archive it: hold it and try
+		// the dead letter again.
+		d := s.deadLetterBackoff(try)
+		if ctx.Err() != nil {
+			if afterShutdown++; afterShutdown > shutdownDeadLetterTries {
+				log.Error("kafkaloop: LOST: shutting down, the dead letter of a record on its last delivery failed; the broker archives the record",
+					"key", string(r.Key), "reason", reason, "dead_letter_err", dlErr, "tries", try)
+				r.Ack(kgo.AckReject)
+				return
+			}
+			d = s.backoff(afterShutdown)
+		}
+		log.Error("kafkaloop: dead letter of a record on its last delivery failed, holding the record to try again",
+			"reason", reason, "dead_letter_err", dlErr, "tries", try, "retry_in", d)
+		t := time.NewTimer(d)
+		if ctx.Err() != nil {
+			<-t.C
+			continue
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done(): // try once more at once, then at the shutdown's pace
+			t.Stop()
 		}
 	}
-	log.Error("kafkaloop: dead letter failed, releasing the record", "reason", reason, "dead_letter_err", dlErr)
-	s.release(r, "dead letter failed")
+}
+
+// deadLetterBackoff is the pause after the try-th failed dead letter of a
+// record held on its last delivery: RetryBackoff doubled per try, up to
+// maxDeadLetterBackoff.
+func (s *shareLoop) deadLetterBackoff(try int) time.Duration {
+	d := s.o.RetryBackoff
+	for i := 1; i < try && d < maxDeadLetterBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxDeadLetterBackoff)
 }
 
 // release gives r back to the broker for redelivery.

@@ -22,10 +22,12 @@ import (
 // producer and a share group configured as the worker and the orchestrator
 // configure theirs (earliest, the delivery limit, the record lock).
 type shareEnv struct {
-	t     *testing.T
-	c     *kfake.Cluster
-	prod  *kgo.Client
-	group string
+	t       *testing.T
+	c       *kfake.Cluster // nil on real Kafka
+	brokers []string
+	topic   string
+	prod    *kgo.Client
+	group   string
 }
 
 func newShareEnv(t *testing.T, s topics.ShareSettings, opts ...kfake.Opt) *shareEnv {
@@ -40,7 +42,7 @@ func newShareEnv(t *testing.T, s topics.ShareSettings, opts ...kfake.Opt) *share
 		t.Fatal(err)
 	}
 	t.Cleanup(prod.Close)
-	e := &shareEnv{t: t, c: c, prod: prod, group: "sg-" + strings.ReplaceAll(t.Name(), "/", "-")}
+	e := &shareEnv{t: t, c: c, brokers: c.ListenAddrs(), topic: topic, prod: prod, group: "sg-" + strings.ReplaceAll(t.Name(), "/", "-")}
 	if err := topics.ConfigureShareGroup(t.Context(), prod, e.group, s); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +61,7 @@ func newShareEnvLock(t *testing.T, lock time.Duration) *shareEnv {
 func (e *shareEnv) produce(keys ...string) {
 	e.t.Helper()
 	for i, k := range keys {
-		if err := e.prod.ProduceSync(e.t.Context(), &kgo.Record{Topic: topic, Key: []byte(k), Value: fmt.Appendf(nil, "v%d", i)}).FirstErr(); err != nil {
+		if err := e.prod.ProduceSync(e.t.Context(), &kgo.Record{Topic: e.topic, Key: []byte(k), Value: fmt.Appendf(nil, "v%d", i)}).FirstErr(); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -70,12 +72,15 @@ func (e *shareEnv) produce(keys ...string) {
 func (e *shareEnv) member(h kafkaloop.Handler, o kafkaloop.Options, opts ...kgo.Opt) (stop func()) {
 	e.t.Helper()
 	cl, err := kgo.NewClient(append(append(kafkaloop.ShareClientOpts(o.MaxPollRecords),
-		kgo.SeedBrokers(e.c.ListenAddrs()...), kgo.ShareGroup(e.group), kgo.ConsumeTopics(topic)), opts...)...)
+		kgo.SeedBrokers(e.brokers...), kgo.ShareGroup(e.group), kgo.ConsumeTopics(e.topic)), opts...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if o.Logger == nil {
 		o.Logger = quiet
+	}
+	if o.DeadLetter == nil {
+		o.DeadLetter = func(context.Context, *kgo.Record, string) error { return nil }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -292,57 +297,74 @@ func TestShareDeliveryLimitDeadLetters(t *testing.T) {
 	}
 }
 
-// Shutdown releases the records of the poll in hand that have not started,
-// so another member gets them at once rather than after their lock (a
-// minute here), and acknowledges the one that was running.
-func TestShareShutdownReleasesInFlight(t *testing.T) {
+// Shutdown runs every record of the poll in hand instead of releasing the
+// ones not started yet: a release would spend one of their deliveries (the
+// broker counts one when it hands a record out), and on the last one the
+// broker would archive the record. Each runs once, on its first delivery,
+// is accepted, and none comes back to another member.
+func TestShareShutdownRunsThePollInHand(t *testing.T) {
 	e := newShareEnv(t, topics.ShareSettings{RecordLock: time.Minute})
 	e.produce("a", "b", "c", "d")
 	tl := newTally()
-	started := make(chan struct{})
-	unblock := make(chan struct{})
+	deliveries := map[string][]int32{}
+	started, unblock := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	first := func(_ context.Context, r *kgo.Record) error {
+	h := func(_ context.Context, r *kgo.Record) error {
 		once.Do(func() { close(started) })
 		<-unblock
 		tl.mu.Lock()
 		tl.ok[string(r.Value)]++
 		tl.runs[string(r.Value)]++
+		deliveries[string(r.Value)] = append(deliveries[string(r.Value)], r.DeliveryCount())
 		tl.mu.Unlock()
 		tl.poke()
 		return nil
 	}
-	stop := e.member(first, kafkaloop.Options{Concurrency: 1, Released: tl.release})
+	cl, err := kgo.NewClient(append(kafkaloop.ShareClientOpts(0), kgo.SeedBrokers(e.brokers...), kgo.ShareGroup(e.group), kgo.ConsumeTopics(e.topic))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- kafkaloop.RunShare(ctx, cl, h, kafkaloop.Options{Logger: quiet, Concurrency: 1, Released: tl.release, DeadLetter: tl.deadLetter})
+	}()
 	<-started
-	stopped := make(chan struct{})
-	go func() { stop(); close(stopped) }()
-	// The member is shutting down while its handler runs; the records it
-	// had not started are released, the running one finishes.
-	tl.waitFor(t, "three releases", func() bool { return len(tl.released) == 3 })
+	cancel() // shutting down while one record runs and the other three wait for the one slot
 	close(unblock)
-	<-stopped
-	second := func(_ context.Context, r *kgo.Record) error {
-		tl.mu.Lock()
-		tl.ok[string(r.Value)]++
-		tl.runs[string(r.Value)]++
-		tl.mu.Unlock()
-		tl.poke()
-		return nil
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
-	e.member(second, kafkaloop.Options{})
-	tl.waitFor(t, "all four accepted", func() bool { return len(tl.ok) == 4 })
-	time.Sleep(200 * time.Millisecond)
+	cl.Close()
+	e.member(h, kafkaloop.Options{Released: tl.release, DeadLetter: tl.deadLetter})
+	time.Sleep(500 * time.Millisecond) // a released record would reach the second member by now
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	for v, n := range tl.runs {
-		if n != 1 {
-			t.Errorf("%s ran %d times", v, n)
+	if len(tl.ok) != 4 || len(tl.released) != 0 {
+		t.Errorf("accepted %v, released %v: want the four run by the member shutting down, none released", tl.ok, tl.released)
+	}
+	for v, d := range deliveries {
+		if fmt.Sprint(d) != "[1]" {
+			t.Errorf("%s delivered %v, want once, on its first delivery", v, d)
 		}
 	}
-	for v, why := range tl.released {
-		if fmt.Sprint(why) != "[shutdown]" {
-			t.Errorf("%s released %v", v, why)
-		}
+}
+
+// RunShare refuses to run without a dead letter: a record failing on its
+// last delivery would have nowhere to go but the broker's archive.
+func TestShareNeedsDeadLetter(t *testing.T) {
+	e := newShareEnv(t, topics.ShareSettings{})
+	cl, err := kgo.NewClient(append(kafkaloop.ShareClientOpts(0), kgo.SeedBrokers(e.brokers...), kgo.ShareGroup(e.group), kgo.ConsumeTopics(e.topic))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := kafkaloop.RunShare(ctx, cl, func(context.Context, *kgo.Record) error { return nil }, kafkaloop.Options{Logger: quiet}); !errors.Is(err, kafkaloop.ErrNoDeadLetter) {
+		t.Fatalf("RunShare: %v, want ErrNoDeadLetter", err)
 	}
 }
 
@@ -579,7 +601,9 @@ func TestShareAckFailuresAreLoggedAndCounted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := make(chan error, 1)
-	go func() { first <- kafkaloop.RunShare(ctx, cl, h, kafkaloop.Options{Logger: log}) }()
+	go func() {
+		first <- kafkaloop.RunShare(ctx, cl, h, kafkaloop.Options{Logger: log, DeadLetter: newTally().deadLetter})
+	}()
 	e.produce("late")
 	<-firstStarted
 	finish := func() { doneOnce.Do(func() { close(done) }) }

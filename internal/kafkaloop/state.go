@@ -330,20 +330,24 @@ func (l *loop) failed(e *entry, now time.Time) failure {
 
 // retryLater ends a failed run of e and makes it ready again after its
 // backoff, unless its partition is going or Run is ending: then it stays
-// unfinished, for the next owner.
+// unfinished, for the next owner (Options.Abandoned is told when its
+// partition is gone already).
 func (l *loop) retryLater(e *entry) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.settleLocked(e)
 	k, p := e.k, e.p
-	switch {
-	case p.dropped:
+	if p.dropped {
+		l.settleLocked(e)
 		k.q[0] = nil
 		k.q = k.q[1:]
 		l.nextLocked(k)
 		l.scheduleLocked()
+		l.mu.Unlock()
+		l.abandon([]*kgo.Record{e.rec})
 		return
-	case p.revoking || l.stoppedLocked():
+	}
+	defer l.mu.Unlock()
+	l.settleLocked(e)
+	if p.revoking || l.stoppedLocked() {
 		return
 	}
 	l.pauseLocked(p)
@@ -416,8 +420,9 @@ func (l *loop) drain(ps map[string][]int32) {
 
 // drop forgets the partitions in ps: their unfinished records are left to
 // the next owner, and the outcome of a handler of theirs still running is
-// ignored (its key stays busy until it returns).
-func (l *loop) drop(ps map[string][]int32) {
+// ignored (its key stays busy until it returns). It returns the records
+// of theirs that failed at least once, for abandon.
+func (l *loop) drop(ps map[string][]int32) (failed []*kgo.Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	gone := make(map[tp]bool)
@@ -428,6 +433,13 @@ func (l *loop) drop(ps map[string][]int32) {
 			p := l.parts[id]
 			if p == nil {
 				continue
+			}
+			if p.failing > 0 && l.o.Abandoned != nil {
+				for i := p.q.head; i < len(p.q.s); i++ {
+					if e := p.q.s[i]; !e.done && e.fail.tries > 0 {
+						failed = append(failed, e.rec)
+					}
+				}
 			}
 			delete(l.parts, id)
 			gone[id] = true
@@ -445,7 +457,7 @@ func (l *loop) drop(ps map[string][]int32) {
 		}
 	}
 	if len(gone) == 0 {
-		return
+		return failed
 	}
 	for id, k := range l.keys {
 		if !gone[id.tp] {
@@ -470,6 +482,18 @@ func (l *loop) drop(ps map[string][]int32) {
 		l.cl.ResumeFetchPartitions(resume)
 	}
 	l.cond.Broadcast()
+	return failed
+}
+
+// abandon hands recs, records left unfinished to another owner after they
+// failed, to Options.Abandoned; call it without l.mu held.
+func (l *loop) abandon(recs []*kgo.Record) {
+	if l.o.Abandoned == nil {
+		return
+	}
+	for _, r := range recs {
+		l.o.Abandoned(r)
+	}
 }
 
 // shutdown stops starting records and retries and waits for the running

@@ -1,0 +1,12 @@
+package worker
+
+// PendingPartitions returns, for tests, the partitions of the command
+// records whose reply w keeps for a retry, with how many each.
+func PendingPartitions(w *Worker) map[int32]int {
+	out := make(map[int32]int)
+	w.pending.Range(func(k, _ any) bool {
+		out[k.(recordID).partition]++
+		return true
+	})
+	return out
+}
