@@ -128,3 +128,11 @@ func (e *markerNotFound) Error() string {
 }
 
 func (e *markerNotFound) Unwrap() error { return ErrNotFound }
+
+// MaxMarkerExpiry is the latest time a marker written with a TTL may
+// expire: 2038-01-19T03:14:06Z. Cassandra before 5.0, and 5.0 in its
+// default storage compatibility mode (CASSANDRA_4), keep expiry times as
+// 32-bit seconds and refuse a write whose TTL ends later, whatever the TTL
+// (the 20-year TTL limit is not the binding one after early 2018). Stores
+// refuse such a TTL with ErrInvalid (see ValidateTTL).
+var MaxMarkerExpiry = time.Date(2038, 1, 19, 3, 14, 6, 0, time.UTC)
