@@ -2,11 +2,16 @@ package writeprotect_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
+	"github.com/stacksaga-go/stacksaga/topics"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
 )
 
 // cassandraBackend gives a test a Cassandra store on a fresh keyspace
@@ -53,4 +58,100 @@ func (c cassandraCounter) counts() stmts {
 func TestStatementsCassandra(t *testing.T) {
 	b, s := cassandraBackend(t)
 	checkStatements(t, b, cassandraCounter{s})
+}
+
+// On the real node: a marker retention ending after 2038-01-19T03:14:06Z
+// is refused at start naming the key (the node refuses such a TTL, so
+// every commit would fail and a sequential duplicate run again); the
+// longest one accepted at start, computed from the clock, records
+// outcomes that the node keeps, in both modes.
+func TestCassandraMarkerRetentionEndsBy2038(t *testing.T) {
+	b, s := cassandraBackend(t)
+	ctx := t.Context()
+	scope := uniqueScope(t)
+
+	// The node itself refuses a TTL ending after the limit.
+	past := time.Until(eventstore.MaxMarkerExpiry) + 24*time.Hour
+	k := eventstore.MarkerKey{Scope: scope, TxID: "tx-node", Kind: "process", Site: "worker:charge"}
+	if err := s.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", TTL: past}); err == nil {
+		t.Fatalf("a marker put with a TTL of %v (ending after %v) was accepted", past, eventstore.MaxMarkerExpiry)
+	}
+
+	for _, r := range []time.Duration{15 * year, 20 * year} {
+		_, err := writeprotect.New(b.store, writeprotect.Config{MarkerRetention: r}, writeprotect.WithLogger(quietLogger()))
+		if !errors.Is(err, writeprotect.ErrInvalidConfig) || !strings.Contains(err.Error(), retentionKey+": must end by 2038-01-19T03:14:06Z") {
+			t.Errorf("New with a retention of %v: %v, want %s refused for ending after 2038-01-19T03:14:06Z", r, err, retentionKey)
+		}
+	}
+
+	longest := eventstore.MaxMarkerExpiry.Sub(time.Now().Truncate(time.Second)) - time.Second
+	for _, mode := range []writeprotect.Mode{writeprotect.RelaxedWithDedup, writeprotect.Strict} {
+		g, err := writeprotect.New(b.store, writeprotect.Config{MarkerRetention: longest, DefaultLease: b.lease, Domains: map[string]writeprotect.DomainConfig{testDomain: {Mode: mode}}},
+			writeprotect.WithLogger(quietLogger()))
+		if err != nil {
+			t.Fatalf("%s: New with the longest retention (%v): %v", mode, longest, err)
+		}
+		cmd := command(scope, "tx-"+string(mode), 1, topics.KindProcess)
+		var h handler
+		for range 2 {
+			if _, err := g.Execute(ctx, cmd, h.run(cmd)); err != nil {
+				t.Fatalf("%s: %v", mode, err)
+			}
+		}
+		if st := g.Stats(); st.CommitFailures != 0 || h.runs.Load() != 1 {
+			t.Fatalf("%s: %d commit failures, step ran %d times; want the record kept and the duplicate skipped", mode, st.CommitFailures, h.runs.Load())
+		}
+		m, err := s.GetMarker(ctx, writeprotect.MarkerKeyFor(cmd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end := time.Now().Add(m.TTL); end.After(eventstore.MaxMarkerExpiry.Add(time.Second)) || end.Before(eventstore.MaxMarkerExpiry.Add(-time.Minute)) {
+			t.Fatalf("%s: the record expires at %v, want within a minute before %v", mode, end, eventstore.MaxMarkerExpiry)
+		}
+	}
+}
+
+// On the real node: a step re-sent after its marker expired runs again,
+// so a marker retention shorter than the transaction lifetime (within
+// which recovery re-sends steps) is refused at start, naming both keys;
+// the default retention records outcomes that outlive the lifetime.
+func TestCassandraMarkerRetentionCoversLifetime(t *testing.T) {
+	b, s := cassandraBackend(t)
+	ctx := t.Context()
+	scope := uniqueScope(t)
+	g := b.guard(t, writeprotect.RelaxedWithDedup)
+	cmd := command(scope, "tx-expired", 1, topics.KindProcess)
+	var h handler
+	if _, err := g.Execute(ctx, cmd, h.run(cmd)); err != nil {
+		t.Fatal(err)
+	}
+	key := writeprotect.MarkerKeyFor(cmd)
+	m, err := s.GetMarker(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.TTL <= writeprotect.DefaultTransactionLifetime {
+		t.Fatalf("a record of the default retention lives %v, not beyond the transaction lifetime (%v)", m.TTL, writeprotect.DefaultTransactionLifetime)
+	}
+	// The record as a one-second retention would have written it: once it
+	// expired, the step re-sent runs again.
+	m.TTL = time.Second
+	if err := s.PutMarker(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the record expired", func() bool {
+		_, err := s.GetMarker(ctx, key)
+		return errors.Is(err, eventstore.ErrNotFound)
+	})
+	if _, err := g.Execute(ctx, cmd, h.run(cmd)); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.runs.Load(); n != 2 {
+		t.Fatalf("the step re-sent after its record expired ran %d times in all, want 2 (it runs again)", n)
+	}
+
+	_, err = writeprotect.New(b.store, writeprotect.Config{MarkerRetention: 2 * time.Hour}, writeprotect.WithLogger(quietLogger()))
+	if want := retentionKey + ": must be at least " + lifetimeKey + " (24h0m0s), got 2h0m0s"; !errors.Is(err, writeprotect.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("New with a 2h retention and the default lifetime: %v, want %q", err, want)
+	}
 }

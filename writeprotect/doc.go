@@ -238,7 +238,10 @@
 // compensation with ActionDone finds its action's marker. Nothing reads
 // the saga's state for it. MarkerRetention must therefore be longer than
 // a duplicate can arrive late: longer than the transaction lifetime (the
-// recovery watchdog re-sends steps within it), at least an hour; a
+// recovery watchdog re-sends steps within it), at least an hour: New
+// refuses one shorter than Config.TransactionLifetime (read from the same
+// stacksaga.cassandra.transaction-lifetime key as the orchestrator's), or
+// ending after 2038-01-19T03:14:06Z (eventstore.MaxMarkerExpiry); a
 // negative retention keeps markers for good.
 //
 // An orchestrator with orchestrator.WithMarkerCleanup deletes a saga's

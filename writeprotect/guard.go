@@ -115,8 +115,16 @@ func New(store Store, cfg Config, opts ...Option) (*Guard, error) {
 	}
 	if o.clockSkew < 0 || o.clockSkew >= MaxLease {
 		errs = append(errs, fmt.Errorf("writeprotect: clock skew must be in [0, %v), got %v", MaxLease, o.clockSkew))
-	} else if err := cfg.validate(o.clockSkew); err != nil {
-		errs = append(errs, err)
+	} else {
+		// The retention's end is checked on the guard's clock (see
+		// Config.MarkerRetention).
+		now := time.Now()
+		if o.now != nil {
+			now = o.now()
+		}
+		if err := cfg.validate(o.clockSkew, now); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.maxLeaseWait <= 0 {
 		errs = append(errs, fmt.Errorf("writeprotect: max lease wait must be positive, got %v", o.maxLeaseWait))
@@ -151,6 +159,22 @@ func defaultOwner() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// retention is the TTL of the records written now: the configured
+// retention, cut short so that it ends by eventstore.MaxMarkerExpiry (less
+// the clock-skew margin, for the server's clock): New refused a retention
+// ending later from its start, but a guard that runs for long would
+// otherwise have every record refused by the store.
+func (g *Guard) retention() time.Duration {
+	r := g.cfg.retention()
+	if r == 0 {
+		return 0
+	}
+	if left := eventstore.MaxMarkerExpiry.Sub(g.opts.now()) - g.opts.clockSkew - time.Second; r > left {
+		r = max(left, time.Second)
+	}
+	return r
 }
 
 // Stats returns the guard's counters.
@@ -265,7 +289,7 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 			// the saga (a hanging action may arrive late), not stay forever.
 			applied, existing, err := x.g.store.InsertMarker(ctx, eventstore.Marker{
 				MarkerKey: pk, State: eventstore.MarkerCompensatedEmpty, Owner: x.owner(),
-			}, x.g.cfg.retention())
+			}, x.g.retention())
 			if err != nil {
 				return nil, true, x.fail("record null compensation", err)
 			}
@@ -583,7 +607,7 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 		}
 		return reply
 	}
-	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec, TTL: x.g.cfg.retention()}
+	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec, TTL: x.g.retention()}
 	retryable := reply.Outcome == topics.OutcomeRetryable
 	if !x.overlap {
 		x.record(ctx, m, leased, retryable)
