@@ -69,7 +69,13 @@ type Markers interface {
 	// newer write timestamp; a lease's LWT round that another LWT on the
 	// partition finishes later is re-stamped with that LWT's ballot and can
 	// hide the write (writeprotect commits STRICT leases with CommitMarker
-	// for this).
+	// for this). Sent after an LWT on its key has answered, it is applied
+	// after it (the node stamps plain writes and Paxos ballots from one
+	// clock), but a re-send by the driver, with a fresh timestamp, overrides
+	// an LWT applied in between: writeprotect's RELAXED mode, which records
+	// outcomes with it, stops sequential duplicates only. It is never given
+	// an explicit timestamp: one from a clock ahead of the node's would hide
+	// the LWT inserts that follow it (applied, and invisible).
 	PutMarker(ctx context.Context, m Marker) error
 	// CommitMarker replaces the live lease that m.Owner holds on m's key
 	// with m (a COMMITTED marker with the step's reply), with a TTL of m.TTL
@@ -95,7 +101,12 @@ type Markers interface {
 	DeleteMarkerIf(ctx context.Context, key MarkerKey, state MarkerState, owner string) (applied bool, existing Marker, err error)
 	// GetMarker reads a marker; ErrNotFound if absent or expired.
 	GetMarker(ctx context.Context, key MarkerKey) (Marker, error)
-	// DeleteMarker removes one marker (a guard giving up its lease).
+	// DeleteMarker removes one marker, whatever it holds. On Cassandra it
+	// is a plain delete, and the driver sends it again with a fresh write
+	// timestamp when its answer is lost: the re-send removes a marker
+	// written after the first send (another execution's lease). Guards
+	// therefore delete with DeleteMarkerIf, whose re-send its condition
+	// refuses.
 	DeleteMarker(ctx context.Context, key MarkerKey) error
 	// DeleteMarkers removes every marker of a saga with one partition delete.
 	DeleteMarkers(ctx context.Context, scope Scope, txID string) error

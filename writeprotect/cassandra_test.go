@@ -155,3 +155,70 @@ func TestCassandraMarkerRetentionCoversLifetime(t *testing.T) {
 		t.Fatalf("New with a 2h retention and the default lifetime: %v, want %q", err, want)
 	}
 }
+
+// resendStore records the last marker delete a guard sent, so that a test
+// can send it again as the driver does when it retries a write whose
+// answer was lost (a plain write with a fresh timestamp).
+type resendStore struct {
+	eventstore.Store
+	resend func() error
+}
+
+func (s *resendStore) DeleteMarker(ctx context.Context, key eventstore.MarkerKey) error {
+	s.resend = func() error { return s.Store.DeleteMarker(context.Background(), key) }
+	return s.Store.DeleteMarker(ctx, key)
+}
+
+func (s *resendStore) DeleteMarkerIf(ctx context.Context, key eventstore.MarkerKey, state eventstore.MarkerState, owner string) (bool, eventstore.Marker, error) {
+	s.resend = func() error {
+		_, _, err := s.Store.DeleteMarkerIf(context.Background(), key, state, owner)
+		return err
+	}
+	return s.Store.DeleteMarkerIf(ctx, key, state, owner)
+}
+
+// On the real node: the marker a fenced execution created (its STRICT
+// lease, or a compensation's COMPENSATED_EMPTY) is deleted so that its
+// own delete, sent again after another execution took the step's marker,
+// leaves that marker alone: the delete is conditional on the marker's
+// state and owner (a plain delete re-sent with a fresh timestamp removes
+// whatever marker is there, see eventstore/cassandra's
+// TestMarkerWritesBesideLWTs).
+func TestCassandraFencedDeleteResent(t *testing.T) {
+	b, s := cassandraBackend(t)
+	ctx := t.Context()
+	rs := &resendStore{Store: s}
+	b.store = rs
+	g := b.guard(t, writeprotect.Strict, writeprotect.WithTerminalFence())
+	for _, kind := range []topics.Kind{topics.KindProcess, topics.KindRevert} {
+		scope := uniqueScope(t)
+		tx := "tx-fenced-" + string(kind)
+		if err := s.CreateTransaction(ctx, eventstore.Transaction{Scope: scope, TxID: tx, State: eventstore.StateCompleted}, nil); err != nil {
+			t.Fatal(err)
+		}
+		cmd := command(scope, tx, 1, kind)
+		var h handler
+		rs.resend = nil
+		if rep, err := g.Execute(ctx, cmd, h.run(cmd)); err != nil || rep != nil || h.runs.Load() != 0 {
+			t.Fatalf("%s of an ended saga: reply %v, err %v, %d runs; want it fenced", kind, rep, err, h.runs.Load())
+		}
+		if rs.resend == nil {
+			t.Fatalf("%s: the fenced execution deleted no marker", kind)
+		}
+		key := writeprotect.MarkerKeyFor(cmd)
+		key.Kind = string(topics.KindProcess) // a compensation's barrier writes on its action's key
+		if _, err := s.GetMarker(ctx, key); !errors.Is(err, eventstore.ErrNotFound) {
+			t.Fatalf("%s: marker left by the fenced execution: %v", kind, err)
+		}
+		applied, _, err := s.InsertMarker(ctx, eventstore.Marker{MarkerKey: key, State: eventstore.MarkerLeased, Owner: "another-execution"}, time.Minute)
+		if err != nil || !applied {
+			t.Fatalf("%s: another execution's lease: applied=%v err=%v", kind, applied, err)
+		}
+		if err := rs.resend(); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := s.GetMarker(ctx, key); err != nil || m.Owner != "another-execution" {
+			t.Fatalf("%s: another execution's lease after the fenced execution's delete was sent again: %+v (%v), want it kept", kind, m, err)
+		}
+	}
+}

@@ -299,7 +299,12 @@
 //	retryable outcome, duplicate      LWT                        read
 //	retryable outcome, next attempt   4 LWTs + read              read + read + write
 //	late duplicate (markers kept)     LWT                        read
-//	late duplicate after cleanup      LWT + read + delete        read + read
+//	late duplicate after cleanup      LWT + read + LWT           read + read
+//
+// A fenced execution deletes the marker it created with a conditional
+// delete (its state and owner): a plain delete, sent again by the driver
+// with a fresh write timestamp after its answer was lost, would remove a
+// marker that another execution wrote meanwhile.
 //
 // A command waiting for another execution's lease adds one read per try,
 // and in STRICT mode one more LWT once the lease is gone. A STRICT commit
