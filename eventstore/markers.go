@@ -108,7 +108,13 @@ type Markers interface {
 	// therefore delete with DeleteMarkerIf, whose re-send its condition
 	// refuses.
 	DeleteMarker(ctx context.Context, key MarkerKey) error
-	// DeleteMarkers removes every marker of a saga with one partition delete.
+	// DeleteMarkers removes every marker of a saga with one partition
+	// delete. On Cassandra it is a plain write: sent again by the driver
+	// with a fresh timestamp, it also removes markers written after its
+	// first send. The orchestrator sends it once the saga is terminal
+	// (WithMarkerCleanup), when guards with the terminal fence fence every
+	// execution of the saga's steps, so a marker removed then lets no step
+	// run.
 	DeleteMarkers(ctx context.Context, scope Scope, txID string) error
 	// ListMarkers returns every live marker of a saga (for tests and admin)
 	// ordered by (Span, Kind, Site).
