@@ -69,7 +69,13 @@ type Markers interface {
 	// newer write timestamp; a lease's LWT round that another LWT on the
 	// partition finishes later is re-stamped with that LWT's ballot and can
 	// hide the write (writeprotect commits STRICT leases with CommitMarker
-	// for this).
+	// for this). Sent after an LWT on its key has answered, it is applied
+	// after it (the node stamps plain writes and Paxos ballots from one
+	// clock), but a re-send by the driver, with a fresh timestamp, overrides
+	// an LWT applied in between: writeprotect's RELAXED mode, which records
+	// outcomes with it, stops sequential duplicates only. It is never given
+	// an explicit timestamp: one from a clock ahead of the node's would hide
+	// the LWT inserts that follow it (applied, and invisible).
 	PutMarker(ctx context.Context, m Marker) error
 	// CommitMarker replaces the live lease that m.Owner holds on m's key
 	// with m (a COMMITTED marker with the step's reply), with a TTL of m.TTL
@@ -95,9 +101,20 @@ type Markers interface {
 	DeleteMarkerIf(ctx context.Context, key MarkerKey, state MarkerState, owner string) (applied bool, existing Marker, err error)
 	// GetMarker reads a marker; ErrNotFound if absent or expired.
 	GetMarker(ctx context.Context, key MarkerKey) (Marker, error)
-	// DeleteMarker removes one marker (a guard giving up its lease).
+	// DeleteMarker removes one marker, whatever it holds. On Cassandra it
+	// is a plain delete, and the driver sends it again with a fresh write
+	// timestamp when its answer is lost: the re-send removes a marker
+	// written after the first send (another execution's lease). Guards
+	// therefore delete with DeleteMarkerIf, whose re-send its condition
+	// refuses.
 	DeleteMarker(ctx context.Context, key MarkerKey) error
-	// DeleteMarkers removes every marker of a saga with one partition delete.
+	// DeleteMarkers removes every marker of a saga with one partition
+	// delete. On Cassandra it is a plain write: sent again by the driver
+	// with a fresh timestamp, it also removes markers written after its
+	// first send. The orchestrator sends it once the saga is terminal
+	// (WithMarkerCleanup), when guards with the terminal fence fence every
+	// execution of the saga's steps, so a marker removed then lets no step
+	// run.
 	DeleteMarkers(ctx context.Context, scope Scope, txID string) error
 	// ListMarkers returns every live marker of a saga (for tests and admin)
 	// ordered by (Span, Kind, Site).
@@ -128,3 +145,11 @@ func (e *markerNotFound) Error() string {
 }
 
 func (e *markerNotFound) Unwrap() error { return ErrNotFound }
+
+// MaxMarkerExpiry is the latest time a marker written with a TTL may
+// expire: 2038-01-19T03:14:06Z. Cassandra before 5.0, and 5.0 in its
+// default storage compatibility mode (CASSANDRA_4), keep expiry times as
+// 32-bit seconds and refuse a write whose TTL ends later, whatever the TTL
+// (the 20-year TTL limit is not the binding one after early 2018). Stores
+// refuse such a TTL with ErrInvalid (see ValidateTTL).
+var MaxMarkerExpiry = time.Date(2038, 1, 19, 3, 14, 6, 0, time.UTC)

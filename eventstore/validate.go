@@ -95,6 +95,23 @@ func ValidateLease(lease time.Duration) error {
 	return nil
 }
 
+// ValidateExpiry checks the TTL of a marker written at now: zero or
+// negative (permanent) passes; a positive ttl, rounded up to whole seconds
+// and counted from now truncated to whole seconds (as Cassandra counts
+// it), must end no later than MaxMarkerExpiry.
+func ValidateExpiry(now time.Time, ttl time.Duration) error {
+	if ttl <= 0 {
+		return nil
+	}
+	if end := now.Truncate(time.Second).Add(CeilSeconds(ttl)); end.After(MaxMarkerExpiry) {
+		return fmt.Errorf("%w: a marker TTL of %v written at %s would end at %s, after %s, the latest expiry Cassandra stores "+
+			"(it keeps expiry times as 32-bit seconds before 5.0, and in 5.0's default storage compatibility mode): at most %v is accepted now",
+			ErrInvalid, ttl, now.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339), MaxMarkerExpiry.Format(time.RFC3339),
+			MaxMarkerExpiry.Sub(now.Truncate(time.Second)))
+	}
+	return nil
+}
+
 // ValidateWindow checks a recovery window: 0 <= minuteOfDay <
 // MinutesPerDay.
 func ValidateWindow(minuteOfDay int) error {

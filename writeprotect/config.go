@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 )
 
@@ -85,11 +86,19 @@ type Config struct {
 	// MarkerRetention (marker-retention) is how long a committed marker
 	// outlives its step: long enough that a late duplicate, or a step
 	// re-sent by recovery, still finds it after the saga ended. It must be
-	// longer than the transaction lifetime (24h by default). 0 means
-	// DefaultMarkerRetention (48h); a negative value keeps markers until
-	// the orchestrator deletes them (orchestrator.WithMarkerCleanup, which
-	// then needs the guard's WithTerminalFence).
+	// at least TransactionLifetime, and end (from the clock at start) by
+	// eventstore.MaxMarkerExpiry (2038-01-19T03:14:06Z), the latest expiry
+	// Cassandra stores. 0 means DefaultMarkerRetention (48h); a negative
+	// value keeps markers until the orchestrator deletes them
+	// (orchestrator.WithMarkerCleanup, which then needs the guard's
+	// WithTerminalFence).
 	MarkerRetention time.Duration
+	// TransactionLifetime is the transaction lifetime of the sagas whose
+	// steps the guard protects (stacksaga.cassandra.transaction-lifetime,
+	// the key the orchestrator's recovery.Config.TransactionLifetime is
+	// read from): recovery re-sends a step within it, so a marker must not
+	// expire sooner. 0 means DefaultTransactionLifetime (24h).
+	TransactionLifetime time.Duration
 }
 
 // Marker retention (Config.MarkerRetention).
@@ -103,7 +112,14 @@ const (
 	// MaxMarkerRetention is the longest retention accepted: Cassandra's
 	// longest TTL (20 years).
 	MaxMarkerRetention = 630720000 * time.Second
+	// DefaultTransactionLifetime is the default Config.TransactionLifetime,
+	// recovery.DefaultTransactionLifetime.
+	DefaultTransactionLifetime = 24 * time.Hour
 )
+
+// lifetimeKey is the full key of Config.TransactionLifetime, outside the
+// write-protection section (package recovery reads it too).
+const lifetimeKey = "stacksaga.cassandra.transaction-lifetime"
 
 // keyPrefix is the prefix of every configuration key.
 const keyPrefix = "stacksaga.cassandra.write-protection."
@@ -111,7 +127,7 @@ const keyPrefix = "stacksaga.cassandra.write-protection."
 // DefaultConfig returns the defaults: RELAXED_WITH_DEDUP with a 5s lease,
 // no domain overrides.
 func DefaultConfig() Config {
-	return Config{DefaultMode: DefaultMode, DefaultLease: DefaultLease, MarkerRetention: DefaultMarkerRetention}
+	return Config{DefaultMode: DefaultMode, DefaultLease: DefaultLease, MarkerRetention: DefaultMarkerRetention, TransactionLifetime: DefaultTransactionLifetime}
 }
 
 // withDefaults fills the zero defaults.
@@ -124,6 +140,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MarkerRetention == 0 {
 		c.MarkerRetention = DefaultMarkerRetention
+	}
+	if c.TransactionLifetime == 0 {
+		c.TransactionLifetime = DefaultTransactionLifetime
 	}
 	return c
 }
@@ -150,12 +169,16 @@ func (c Config) Resolve(domain string) DomainConfig {
 // Validate reports every problem of c at once (errors.Join), each naming
 // its full key, sorted by key; the result wraps ErrInvalidConfig. Leases
 // (whatever the mode) must lie between MinLease and MaxLease once rounded
-// up to whole seconds; 0 means the default.
-func (c Config) Validate() error { return c.validate(DefaultClockSkew) }
+// up to whole seconds; 0 means the default. A positive MarkerRetention
+// must be at least TransactionLifetime and, counted from time.Now, end by
+// eventstore.MaxMarkerExpiry.
+func (c Config) Validate() error { return c.validate(DefaultClockSkew, time.Now()) }
 
-// validate is Validate for a guard whose clock-skew margin is skew: the
-// shortest lease it accepts is minLeaseFor(skew).
-func (c Config) validate(skew time.Duration) error {
+// validate is Validate for a guard whose clock-skew margin is skew and
+// whose clock reads now: the shortest lease it accepts is
+// minLeaseFor(skew), the longest retention ends by
+// eventstore.MaxMarkerExpiry counted from now.
+func (c Config) validate(skew time.Duration, now time.Time) error {
 	p := yamlconfig.Problems{Prefix: keyPrefix}
 	minLease := minLeaseFor(skew)
 	lease := func(key string, d time.Duration) {
@@ -174,11 +197,27 @@ func (c Config) validate(skew time.Duration) error {
 		p.Add("default-mode", "unknown mode %q (want %s or %s)", string(c.DefaultMode), Strict, RelaxedWithDedup)
 	}
 	lease("default-lease-duration", c.DefaultLease)
+	lifetime := c.TransactionLifetime
+	if lifetime == 0 {
+		lifetime = DefaultTransactionLifetime
+	}
+	if lifetime < 0 {
+		p.Append(fmt.Errorf("%s: must be positive, got %v", lifetimeKey, lifetime))
+	}
 	switch r := c.MarkerRetention; {
 	case r > 0 && r < MinMarkerRetention:
 		p.Add("marker-retention", "must be at least %v (longer than the transaction lifetime), or negative to keep markers until the orchestrator deletes them, got %v", MinMarkerRetention, r)
 	case r > MaxMarkerRetention:
 		p.Add("marker-retention", "must be at most %v (Cassandra's longest TTL), got %v", MaxMarkerRetention, r)
+	case r > 0 && r < lifetime:
+		p.Add("marker-retention", "must be at least %s (%v), got %v: recovery re-sends a step while its saga lives, "+
+			"and a step re-sent after its marker expired runs again", lifetimeKey, lifetime, r)
+	case r > 0 && eventstore.ValidateExpiry(now, r) != nil:
+		left := eventstore.MaxMarkerExpiry.Sub(now.Truncate(time.Second))
+		p.Add("marker-retention", "must end by %s, the latest expiry Cassandra stores (before 5.0, and in 5.0's default "+
+			"storage compatibility mode, expiry times are 32-bit seconds and every commit would be refused): "+
+			"at most %v (%d days) from now (%s), got %v (%d days)", eventstore.MaxMarkerExpiry.Format(time.RFC3339),
+			left, int(left/(24*time.Hour)), now.UTC().Format(time.RFC3339), r, int(r/(24*time.Hour)))
 	}
 	for name, d := range c.Domains {
 		if strings.TrimSpace(name) == "" {
@@ -200,6 +239,7 @@ type file struct {
 	Stacksaga struct {
 		Cassandra struct {
 			WriteProtection rawConfig `yaml:"write-protection"`
+			rawLifetime     `yaml:",inline"`
 		} `yaml:"cassandra"`
 	} `yaml:"stacksaga"`
 }
@@ -211,15 +251,26 @@ type rawConfig struct {
 	Domains      map[string]rawDomain `yaml:"domains"`
 }
 
+// rawLifetime holds the transaction lifetime keys (recovery's):
+// stacksaga.cassandra.transaction-lifetime, also accepted as
+// stacksaga.cassandra.transaction.lifetime.
+type rawLifetime struct {
+	Lifetime    *string `yaml:"transaction-lifetime"`
+	Transaction struct {
+		Lifetime *string `yaml:"lifetime"`
+	} `yaml:"transaction"`
+}
+
 type rawDomain struct {
 	Mode  *string `yaml:"mode"`
 	Lease *string `yaml:"lease-duration"`
 }
 
 // LoadConfig reads the stacksaga.cassandra.write-protection section of a
-// YAML document, applies the environment overrides (see ApplyEnv) from the
-// process environment, fills defaults and validates. Other keys are
-// ignored. A key set to null takes its default. Durations are Go durations
+// YAML document and the transaction lifetime
+// (stacksaga.cassandra.transaction-lifetime, or transaction.lifetime),
+// applies the environment overrides (see ApplyEnv) from the process
+// environment, fills defaults and validates. Other keys are ignored. A key set to null takes its default. Durations are Go durations
 // ("5s", "1m30s") or ISO-8601 ("PT5S"); a bare number is refused (its unit
 // would be ambiguous). A lease outside [MinLease, MaxLease] is refused,
 // naming its key and the bound.
@@ -270,6 +321,32 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 	mode("default-mode", raw.DefaultMode, &c.DefaultMode)
 	dur("default-lease-duration", raw.DefaultLease, &c.DefaultLease)
 	dur("marker-retention", raw.Retention, &c.MarkerRetention)
+	var lifetime, alias time.Duration
+	lt := f.Stacksaga.Cassandra.rawLifetime
+	// The lifetime's keys lie outside the write-protection section.
+	fullDur := func(key string, s *string, dst *time.Duration) bool {
+		if s == nil || strings.TrimSpace(*s) == "" {
+			return false
+		}
+		d, err := ParseDuration(*s)
+		if err != nil {
+			p.Append(fmt.Errorf("%s: %w", key, err))
+			return false
+		}
+		*dst = d
+		return true
+	}
+	const aliasKey = "stacksaga.cassandra.transaction.lifetime"
+	okA := fullDur(lifetimeKey, lt.Lifetime, &lifetime)
+	okB := fullDur(aliasKey, lt.Transaction.Lifetime, &alias)
+	switch {
+	case okA && okB && lifetime != alias:
+		p.Append(fmt.Errorf("%s: disagrees with %s (%v vs %v): set one of them", lifetimeKey, aliasKey, lifetime, alias))
+	case okA:
+		c.TransactionLifetime = lifetime
+	case okB:
+		c.TransactionLifetime = alias
+	}
 	if len(raw.Domains) > 0 {
 		c.Domains = make(map[string]DomainConfig, len(raw.Domains))
 		for name, rd := range raw.Domains {
@@ -298,11 +375,15 @@ const (
 	EnvDefaultMode     = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_DEFAULT_MODE"
 	EnvDefaultLease    = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_DEFAULT_LEASE_DURATION"
 	EnvMarkerRetention = "STACKSAGA_CASSANDRA_WRITE_PROTECTION_MARKER_RETENTION"
+	// EnvTransactionLifetime overrides stacksaga.cassandra.transaction-lifetime
+	// (package recovery reads the same variable).
+	EnvTransactionLifetime = "STACKSAGA_CASSANDRA_TRANSACTION_LIFETIME"
 )
 
-// ApplyEnv overrides DefaultMode, DefaultLease and MarkerRetention from
-// EnvDefaultMode, EnvDefaultLease and EnvMarkerRetention (set and non-empty
-// ones only), looked up with lookup (os.LookupEnv in LoadConfig). An
+// ApplyEnv overrides DefaultMode, DefaultLease, MarkerRetention and
+// TransactionLifetime from EnvDefaultMode, EnvDefaultLease,
+// EnvMarkerRetention and EnvTransactionLifetime (set and non-empty ones
+// only), looked up with lookup (os.LookupEnv in LoadConfig). An
 // unparsable value is reported naming the variable and the key.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	get := yamlconfig.Env(lookup)
@@ -329,6 +410,14 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			p.Append(yamlconfig.EnvError(EnvMarkerRetention, keyPrefix+"marker-retention", err))
 		} else {
 			c.MarkerRetention = d
+		}
+	}
+	if v, ok := get(EnvTransactionLifetime); ok {
+		d, err := ParseDuration(v)
+		if err != nil {
+			p.Append(yamlconfig.EnvError(EnvTransactionLifetime, lifetimeKey, err))
+		} else {
+			c.TransactionLifetime = d
 		}
 	}
 	return p.Err(ErrInvalidConfig)

@@ -73,9 +73,10 @@ func TestLoadConfigSeedExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := writeprotect.Config{
-		DefaultMode:     writeprotect.RelaxedWithDedup,
-		DefaultLease:    5 * time.Second,
-		MarkerRetention: writeprotect.DefaultMarkerRetention,
+		DefaultMode:         writeprotect.RelaxedWithDedup,
+		DefaultLease:        5 * time.Second,
+		MarkerRetention:     writeprotect.DefaultMarkerRetention,
+		TransactionLifetime: writeprotect.DefaultTransactionLifetime,
 		Domains: map[string]writeprotect.DomainConfig{
 			"payment-saga":      {Mode: writeprotect.Strict, Lease: 10 * time.Second},
 			"order-saga":        {Mode: writeprotect.Strict},
@@ -107,18 +108,18 @@ func TestLoadConfigDefaultsAndForms(t *testing.T) {
 		{"nulls take defaults", "stacksaga:\n  cassandra:\n    write-protection:\n      default-mode: null\n      default-lease-duration: ~\n",
 			writeprotect.DefaultConfig()},
 		{"strict with ISO lease", "stacksaga:\n  cassandra:\n    write-protection:\n      default-mode: strict\n      default-lease-duration: PT7S\n",
-			writeprotect.Config{DefaultMode: writeprotect.Strict, DefaultLease: 7 * time.Second, MarkerRetention: 48 * time.Hour}},
+			writeprotect.Config{DefaultMode: writeprotect.Strict, DefaultLease: 7 * time.Second, MarkerRetention: 48 * time.Hour, TransactionLifetime: 24 * time.Hour}},
 		{"dashes and case", "stacksaga:\n  cassandra:\n    write-protection:\n      default-mode: relaxed-with-dedup\n      default-lease-duration: 1m30s\n",
-			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 90 * time.Second, MarkerRetention: 48 * time.Hour}},
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 90 * time.Second, MarkerRetention: 48 * time.Hour, TransactionLifetime: 24 * time.Hour}},
 		{"domain with lease only", "stacksaga:\n  cassandra:\n    write-protection:\n      domains:\n        d:\n          lease-duration: 2s\n",
-			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: 48 * time.Hour,
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: 48 * time.Hour, TransactionLifetime: 24 * time.Hour,
 				Domains: map[string]writeprotect.DomainConfig{"d": {Lease: 2 * time.Second}}}},
 		{"marker retention", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: 72h\n",
-			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: 72 * time.Hour}},
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: 72 * time.Hour, TransactionLifetime: 24 * time.Hour}},
 		{"ISO marker retention", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: P7D\n",
-			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: 7 * 24 * time.Hour}},
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: 7 * 24 * time.Hour, TransactionLifetime: 24 * time.Hour}},
 		{"permanent markers", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: -1s\n",
-			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: -time.Second}},
+			writeprotect.Config{DefaultMode: writeprotect.RelaxedWithDedup, DefaultLease: 5 * time.Second, MarkerRetention: -time.Second, TransactionLifetime: 24 * time.Hour}},
 		{"zero retention takes the default", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: 0s\n",
 			writeprotect.DefaultConfig()},
 		{"null retention takes the default", "stacksaga:\n  cassandra:\n    write-protection:\n      marker-retention: ~\n",
@@ -255,13 +256,15 @@ func TestMarkerRetentionBounds(t *testing.T) {
 		"forever": key + `writeprotect: invalid duration "forever"`,
 		"172800":  key + `writeprotect: duration "172800" needs a unit`,
 		"1ns":     key + "must be at least 1h0m0s",
+		"1h":      key + "must be at least stacksaga.cassandra.transaction-lifetime (24h0m0s), got 1h0m0s",
+		"P7300D":  key + "must end by 2038-01-19T03:14:06Z",
 	} {
 		_, err := writeprotect.LoadConfigWithEnv(doc(v), noEnv)
 		if !errors.Is(err, writeprotect.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
 			t.Errorf("marker-retention %s: %v, want %q", v, err, want)
 		}
 	}
-	for _, v := range []string{"1h", "24h", "-1ns", "-48h", "P7300D"} {
+	for _, v := range []string{"24h", "-1ns", "-48h", "P3650D"} {
 		c, err := writeprotect.LoadConfigWithEnv(doc(v), noEnv)
 		if err != nil {
 			t.Errorf("marker-retention %s: %v", v, err)

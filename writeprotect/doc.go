@@ -238,7 +238,10 @@
 // compensation with ActionDone finds its action's marker. Nothing reads
 // the saga's state for it. MarkerRetention must therefore be longer than
 // a duplicate can arrive late: longer than the transaction lifetime (the
-// recovery watchdog re-sends steps within it), at least an hour; a
+// recovery watchdog re-sends steps within it), at least an hour: New
+// refuses one shorter than Config.TransactionLifetime (read from the same
+// stacksaga.cassandra.transaction-lifetime key as the orchestrator's), or
+// ending after 2038-01-19T03:14:06Z (eventstore.MaxMarkerExpiry); a
 // negative retention keeps markers for good.
 //
 // An orchestrator with orchestrator.WithMarkerCleanup deletes a saga's
@@ -296,7 +299,12 @@
 //	retryable outcome, duplicate      LWT                        read
 //	retryable outcome, next attempt   4 LWTs + read              read + read + write
 //	late duplicate (markers kept)     LWT                        read
-//	late duplicate after cleanup      LWT + read + delete        read + read
+//	late duplicate after cleanup      LWT + read + LWT           read + read
+//
+// A fenced execution deletes the marker it created with a conditional
+// delete (its state and owner): a plain delete, sent again by the driver
+// with a fresh write timestamp after its answer was lost, would remove a
+// marker that another execution wrote meanwhile.
 //
 // A command waiting for another execution's lease adds one read per try,
 // and in STRICT mode one more LWT once the lease is gone. A STRICT commit

@@ -115,8 +115,16 @@ func New(store Store, cfg Config, opts ...Option) (*Guard, error) {
 	}
 	if o.clockSkew < 0 || o.clockSkew >= MaxLease {
 		errs = append(errs, fmt.Errorf("writeprotect: clock skew must be in [0, %v), got %v", MaxLease, o.clockSkew))
-	} else if err := cfg.validate(o.clockSkew); err != nil {
-		errs = append(errs, err)
+	} else {
+		// The retention's end is checked on the guard's clock (see
+		// Config.MarkerRetention).
+		now := time.Now()
+		if o.now != nil {
+			now = o.now()
+		}
+		if err := cfg.validate(o.clockSkew, now); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.maxLeaseWait <= 0 {
 		errs = append(errs, fmt.Errorf("writeprotect: max lease wait must be positive, got %v", o.maxLeaseWait))
@@ -151,6 +159,22 @@ func defaultOwner() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// retention is the TTL of the records written now: the configured
+// retention, cut short so that it ends by eventstore.MaxMarkerExpiry (less
+// the clock-skew margin, for the server's clock): New refused a retention
+// ending later from its start, but a guard that runs for long would
+// otherwise have every record refused by the store.
+func (g *Guard) retention() time.Duration {
+	r := g.cfg.retention()
+	if r == 0 {
+		return 0
+	}
+	if left := eventstore.MaxMarkerExpiry.Sub(g.opts.now()) - g.opts.clockSkew - time.Second; r > left {
+		r = max(left, time.Second)
+	}
+	return r
 }
 
 // Stats returns the guard's counters.
@@ -263,14 +287,13 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 			}
 			// Recorded for the retention, as a commit is: it must outlive
 			// the saga (a hanging action may arrive late), not stay forever.
-			applied, existing, err := x.g.store.InsertMarker(ctx, eventstore.Marker{
-				MarkerKey: pk, State: eventstore.MarkerCompensatedEmpty, Owner: x.owner(),
-			}, x.g.cfg.retention())
+			empty := eventstore.Marker{MarkerKey: pk, State: eventstore.MarkerCompensatedEmpty, Owner: x.owner()}
+			applied, existing, err := x.g.store.InsertMarker(ctx, empty, x.g.retention())
 			if err != nil {
 				return nil, true, x.fail("record null compensation", err)
 			}
 			if applied {
-				if fenced, err := x.fence(ctx, &pk); fenced || err != nil {
+				if fenced, err := x.fence(ctx, &empty); fenced || err != nil {
 					return nil, true, err
 				}
 				x.g.stats.nullComps.Add(1)
@@ -361,7 +384,7 @@ func (x *execution) strict(ctx context.Context) (*topics.Envelope, error) {
 			}
 		}
 	}
-	if fenced, err := x.fence(ctx, &key); fenced || err != nil {
+	if fenced, err := x.fence(ctx, &eventstore.Marker{MarkerKey: key, State: eventstore.MarkerLeased, Owner: owner}); fenced || err != nil {
 		return nil, err
 	}
 	lease := ceilSeconds(x.policy.Lease)
@@ -514,7 +537,7 @@ func (x *execution) existing(ctx context.Context, m eventstore.Marker, w *waiter
 // marker was not found. own, if set, is the marker this
 // execution just created; it is deleted when fenced (and when the fence
 // cannot be read, so that the retry does not wait for it).
-func (x *execution) fence(ctx context.Context, own *eventstore.MarkerKey) (bool, error) {
+func (x *execution) fence(ctx context.Context, own *eventstore.Marker) (bool, error) {
 	if !x.g.opts.fence {
 		return false, nil
 	}
@@ -544,14 +567,17 @@ func (x *execution) fence(ctx context.Context, own *eventstore.MarkerKey) (bool,
 	return true, nil
 }
 
-// drop deletes the marker this execution created, if any.
-func (x *execution) drop(ctx context.Context, own *eventstore.MarkerKey) {
+// drop deletes the marker this execution created, if any, on condition
+// that it is still that marker (its state and owner): a plain delete,
+// which the driver may send again with a fresh timestamp after its answer
+// was lost, would remove a marker another execution wrote meanwhile.
+func (x *execution) drop(ctx context.Context, own *eventstore.Marker) {
 	if own == nil {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.g.opts.commitTimeout)
 	defer cancel()
-	if err := x.g.store.DeleteMarker(cctx, *own); err != nil {
+	if _, _, err := x.g.store.DeleteMarkerIf(cctx, own.MarkerKey, own.State, own.Owner); err != nil {
 		x.g.log.WarnContext(ctx, "writeprotect: could not delete a marker (a lease expires by itself)", x.logArgs("err", err)...)
 	}
 }
@@ -583,7 +609,7 @@ func (x *execution) settle(ctx context.Context, key eventstore.MarkerKey, owner 
 		}
 		return reply
 	}
-	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec, TTL: x.g.cfg.retention()}
+	m := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerCommitted, Owner: owner, Reply: rec, TTL: x.g.retention()}
 	retryable := reply.Outcome == topics.OutcomeRetryable
 	if !x.overlap {
 		x.record(ctx, m, leased, retryable)

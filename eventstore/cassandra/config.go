@@ -50,6 +50,11 @@ const (
 	// saga's writes go to the same coordinator, whose clock orders them.
 	ServerTimestamps = "server"
 	// ClientTimestamps has the driver assign them from this process's clock.
+	// The execution markers' rows also take LWTs, whose timestamps come
+	// from the node's clock: with a process clock ahead of the nodes', a
+	// plain marker write (a RELAXED put, a partition delete) hides the LWT
+	// writes made after it within the skew (an insert that reports applied
+	// and cannot be read; see TestMarkerWritesBesideLWTs).
 	ClientTimestamps = "client"
 )
 

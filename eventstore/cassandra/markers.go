@@ -22,21 +22,30 @@ func markerValues(m eventstore.Marker, leaseUntil, now time.Time) []any {
 	}
 }
 
+// expiry is the lease_until of a marker written at now with a TTL of ttl
+// seconds: when it expires (zero for none). Every write with a TTL stores
+// it, so that a refused conditional insert reports the remaining TTL of
+// whatever it found without a second read (a marker committed by an
+// earlier version, which left it empty, reads as permanent until it
+// expires).
+func expiry(now time.Time, ttl int) time.Time {
+	if ttl <= 0 {
+		return time.Time{}
+	}
+	return now.Add(time.Duration(ttl) * time.Second)
+}
+
 // InsertMarker inserts m with INSERT ... IF NOT EXISTS USING TTL (serial
 // consistency LOCAL_SERIAL by default). A refused insert reports the
 // existing marker from the LWT's answer, its remaining TTL from the
-// lease_until column, without a second read.
+// lease_until column (its expiry), without a second read.
 func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (bool, eventstore.Marker, error) {
-	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateLease(lease)); err != nil {
+	now := s.now()
+	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateLease(lease), eventstore.ValidateExpiry(now, lease)); err != nil {
 		return false, eventstore.Marker{}, err
 	}
 	ttl := int(eventstore.CeilSeconds(lease) / time.Second)
-	now := s.now()
-	var leaseUntil time.Time
-	if ttl > 0 {
-		leaseUntil = now.Add(time.Duration(ttl) * time.Second)
-	}
-	vals := append(markerValues(m, leaseUntil, now), ttl)
+	vals := append(markerValues(m, expiry(now, ttl), now), ttl)
 	return s.casMarker(ctx, "insert marker", s.st.insertMarkerIfNotExists, m.MarkerKey, vals,
 		func(prev map[string]any) eventstore.Marker { return markerFromCAS(m.MarkerKey, prev, s.now()) }, wrote(m))
 }
@@ -53,37 +62,40 @@ func markerFromCAS(k eventstore.MarkerKey, prev map[string]any, now time.Time) e
 	}
 	m.UpdatedAt, _ = prev["updated_at"].(time.Time)
 	if until, ok := prev["lease_until"].(time.Time); ok && !until.IsZero() {
-		// The row is alive, so its lease has at least a second left on the
+		// The row is alive, so it has at least a second left on the
 		// server's clock whatever ours says.
 		m.TTL = max(time.Second, eventstore.CeilSeconds(until.Sub(now)))
 	}
 	return m
 }
 
-// PutMarker writes m with a TTL of m.TTL (0: none), replacing any lease.
+// PutMarker writes m with a TTL of m.TTL (0: none), replacing any lease;
+// lease_until records its expiry (see InsertMarker).
 func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
-	if err := s.check(ctx, m.MarkerKey.Validate()); err != nil {
+	now := s.now()
+	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateExpiry(now, m.TTL)); err != nil {
 		return err
 	}
 	ttl := int(eventstore.CeilSeconds(m.TTL) / time.Second)
-	return s.exec(ctx, "put marker", s.st.putMarker, append(markerValues(m, time.Time{}, s.now()), ttl)...)
+	return s.exec(ctx, "put marker", s.st.putMarker, append(markerValues(m, expiry(now, ttl), now), ttl)...)
 }
 
 // CommitMarker replaces the live lease of m.Owner on m's key with m in one
 // LWT: UPDATE ... USING TTL SET (every non-key column) IF state = 'LEASED'
 // AND owner = ?. Every column is written, so that none keeps the lease's
-// TTL; the row outlives the lease's row marker by its cells. See
-// eventstore.Markers.
+// TTL; the row outlives the lease's row marker by its cells. lease_until
+// records the commit's expiry (see InsertMarker). See eventstore.Markers.
 func (s *Store) CommitMarker(ctx context.Context, m eventstore.Marker) (bool, eventstore.Marker, error) {
-	if err := s.check(ctx, m.MarkerKey.Validate()); err != nil {
+	now := s.now()
+	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateExpiry(now, m.TTL)); err != nil {
 		return false, eventstore.Marker{}, err
 	}
 	ttl := int(eventstore.CeilSeconds(m.TTL) / time.Second)
 	updated := m.UpdatedAt
 	if updated.IsZero() {
-		updated = s.now()
+		updated = now
 	}
-	vals := []any{ttl, string(m.State), m.Owner, blob(m.Reply), eventstore.StoredTime(time.Time{}), eventstore.StoredTime(updated),
+	vals := []any{ttl, string(m.State), m.Owner, blob(m.Reply), eventstore.StoredTime(expiry(now, ttl)), eventstore.StoredTime(updated),
 		m.Region, m.Cluster, m.Service, m.TxID, m.Span, m.Kind, m.Site, string(eventstore.MarkerLeased), m.Owner}
 	return s.casMarker(ctx, "commit marker", s.st.commitMarker, m.MarkerKey, vals, condReader(m.MarkerKey), wrote(m))
 }

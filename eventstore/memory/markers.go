@@ -55,10 +55,10 @@ func markerKeys(k eventstore.MarkerKey) (txKey, markerCK) {
 // InsertMarker inserts m unless a live marker has its key; see
 // eventstore.Markers.
 func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease time.Duration) (bool, eventstore.Marker, error) {
-	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateLease(lease)); err != nil {
+	now := s.now()
+	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateLease(lease), eventstore.ValidateExpiry(now, lease)); err != nil {
 		return false, eventstore.Marker{}, err
 	}
-	now := s.now()
 	pk, ck := markerKeys(m.MarkerKey)
 	sh := s.shard(m.TxID)
 	sh.mu.Lock()
@@ -77,12 +77,13 @@ func (s *Store) InsertMarker(ctx context.Context, m eventstore.Marker, lease tim
 	return true, eventstore.Marker{}, nil
 }
 
-// PutMarker writes m permanently, replacing any lease.
+// PutMarker writes m with a TTL of m.TTL (0: permanent), replacing any
+// lease.
 func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
-	if err := s.check(ctx, m.MarkerKey.Validate()); err != nil {
+	now := s.now()
+	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateExpiry(now, m.TTL)); err != nil {
 		return err
 	}
-	now := s.now()
 	pk, ck := markerKeys(m.MarkerKey)
 	sh := s.shard(m.TxID)
 	sh.mu.Lock()
@@ -99,10 +100,10 @@ func (s *Store) PutMarker(ctx context.Context, m eventstore.Marker) error {
 // CommitMarker replaces the live lease of m.Owner on m's key with m; see
 // eventstore.Markers.
 func (s *Store) CommitMarker(ctx context.Context, m eventstore.Marker) (bool, eventstore.Marker, error) {
-	if err := s.check(ctx, m.MarkerKey.Validate()); err != nil {
+	now := s.now()
+	if err := s.check(ctx, m.MarkerKey.Validate(), eventstore.ValidateExpiry(now, m.TTL)); err != nil {
 		return false, eventstore.Marker{}, err
 	}
-	now := s.now()
 	pk, ck := markerKeys(m.MarkerKey)
 	sh := s.shard(m.TxID)
 	sh.mu.Lock()

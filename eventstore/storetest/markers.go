@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -556,5 +557,153 @@ func testDeleteMarkerIf(t *testing.T, e *env) {
 	must(t, err, "InsertMarker after DeleteMarkerIf")
 	if !applied {
 		t.Fatal("InsertMarker after DeleteMarkerIf not applied")
+	}
+}
+
+// testMarkerTTLReported: a refused InsertMarker reports the remaining TTL
+// of the marker it found, as GetMarker does, whatever wrote it: a lease, a
+// record inserted with a TTL, a commit of a lease and a put, each with a
+// retention TTL; a marker written without one reports 0 (permanent).
+func testMarkerTTLReported(t *testing.T, e *env) {
+	ctx := t.Context()
+	const tx = "tx-ttl-reported"
+	const retention = time.Hour
+	key := func(span int) eventstore.MarkerKey { return markerKey(e.scope, tx, span, "process", "worker:a") }
+	insert := func(k eventstore.MarkerKey, state eventstore.MarkerState, ttl time.Duration) {
+		t.Helper()
+		applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: state, Owner: "o"}, ttl)
+		must(t, err, "InsertMarker")
+		if !applied {
+			t.Fatal("InsertMarker not applied")
+		}
+	}
+	cases := []struct {
+		name  string
+		write func(k eventstore.MarkerKey)
+		ttl   time.Duration // 0: permanent
+	}{
+		{"lease", func(k eventstore.MarkerKey) { insert(k, eventstore.MarkerLeased, retention) }, retention},
+		{"compensated empty inserted with a TTL", func(k eventstore.MarkerKey) { insert(k, eventstore.MarkerCompensatedEmpty, retention) }, retention},
+		{"lease committed with a TTL", func(k eventstore.MarkerKey) {
+			insert(k, eventstore.MarkerLeased, time.Minute)
+			applied, _, err := e.store.CommitMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", Reply: []byte("r"), TTL: retention})
+			must(t, err, "CommitMarker")
+			if !applied {
+				t.Fatal("CommitMarker not applied")
+			}
+		}, retention},
+		{"put with a TTL", func(k eventstore.MarkerKey) {
+			must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", Reply: []byte("r"), TTL: retention}), "PutMarker")
+		}, retention},
+		{"put over a lease with a TTL", func(k eventstore.MarkerKey) {
+			insert(k, eventstore.MarkerLeased, time.Minute)
+			must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", Reply: []byte("r"), TTL: retention}), "PutMarker")
+		}, retention},
+		{"permanent put over a lease", func(k eventstore.MarkerKey) {
+			insert(k, eventstore.MarkerLeased, time.Minute)
+			must(t, e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", Reply: []byte("r")}), "PutMarker")
+		}, 0},
+		{"permanent commit", func(k eventstore.MarkerKey) {
+			insert(k, eventstore.MarkerLeased, time.Minute)
+			applied, _, err := e.store.CommitMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", Reply: []byte("r")})
+			must(t, err, "CommitMarker")
+			if !applied {
+				t.Fatal("CommitMarker not applied")
+			}
+		}, 0},
+	}
+	for i, c := range cases {
+		k := key(i)
+		c.write(k)
+		applied, existing, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "other"}, 5*time.Second)
+		must(t, err, "InsertMarker over "+c.name)
+		if applied {
+			t.Fatalf("%s: InsertMarker applied over it", c.name)
+		}
+		got, err := e.store.GetMarker(ctx, k)
+		must(t, err, "GetMarker "+c.name)
+		if c.ttl == 0 {
+			if existing.TTL != 0 || got.TTL != 0 {
+				t.Errorf("%s: refused InsertMarker reports TTL %v, GetMarker %v, want 0 (permanent) for both", c.name, existing.TTL, got.TTL)
+			}
+			continue
+		}
+		// Both read within a minute of the write: within a minute of the
+		// TTL, in whole seconds, and within a few seconds of each other.
+		for what, ttl := range map[string]time.Duration{"refused InsertMarker": existing.TTL, "GetMarker": got.TTL} {
+			if ttl <= c.ttl-time.Minute || ttl > c.ttl || ttl%time.Second != 0 {
+				t.Errorf("%s: %s reports TTL %v, want whole seconds in (%v, %v]", c.name, what, ttl, c.ttl-time.Minute, c.ttl)
+			}
+		}
+		if d := existing.TTL - got.TTL; d < -5*time.Second || d > 5*time.Second {
+			t.Errorf("%s: refused InsertMarker reports TTL %v, GetMarker %v: they disagree", c.name, existing.TTL, got.TTL)
+		}
+	}
+}
+
+// testMarkerExpiryLimit: a marker whose TTL would end after
+// eventstore.MaxMarkerExpiry (2038-01-19T03:14:06Z, the latest expiry
+// Cassandra stores in its default storage compatibility mode) is refused
+// with ErrInvalid by every write that takes a TTL, and nothing is written;
+// one ending a day before it is written.
+func testMarkerExpiryLimit(t *testing.T, e *env) {
+	ctx := t.Context()
+	const tx = "tx-expiry-limit"
+	now := e.f.Now()
+	within := eventstore.MaxMarkerExpiry.Sub(now) - 24*time.Hour
+	past := eventstore.MaxMarkerExpiry.Sub(now) + 24*time.Hour
+	if within <= 0 {
+		t.Skipf("the clock (%v) is within a day of %v", now, eventstore.MaxMarkerExpiry)
+	}
+	refused := func(what string, k eventstore.MarkerKey, err error) {
+		t.Helper()
+		if !errors.Is(err, eventstore.ErrInvalid) || !strings.Contains(err.Error(), "2038-01-19T03:14:06Z") {
+			t.Fatalf("%s with a TTL of %v (ending after %v): error %v, want ErrInvalid naming 2038-01-19T03:14:06Z", what, past, eventstore.MaxMarkerExpiry, err)
+		}
+		if m, err := e.store.GetMarker(ctx, k); !errors.Is(err, eventstore.ErrNotFound) {
+			t.Fatalf("%s refused, but GetMarker finds %+v (%v)", what, m, err)
+		}
+	}
+	k := markerKey(e.scope, tx, 0, "process", "worker:a")
+	_, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCompensatedEmpty, Owner: "o"}, past)
+	refused("InsertMarker", k, err)
+	err = e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", TTL: past})
+	refused("PutMarker", k, err)
+	applied, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "o"}, time.Minute)
+	must(t, err, "InsertMarker")
+	if !applied {
+		t.Fatal("InsertMarker not applied")
+	}
+	_, _, err = e.store.CommitMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", TTL: past})
+	if !errors.Is(err, eventstore.ErrInvalid) || !strings.Contains(err.Error(), "2038-01-19T03:14:06Z") {
+		t.Fatalf("CommitMarker with a TTL of %v: error %v, want ErrInvalid naming 2038-01-19T03:14:06Z", past, err)
+	}
+	if m, err := e.store.GetMarker(ctx, k); err != nil || m.State != eventstore.MarkerLeased {
+		t.Fatalf("CommitMarker refused, but the lease is now %+v (%v)", m, err)
+	}
+
+	for i, write := range []func(k eventstore.MarkerKey) error{
+		func(k eventstore.MarkerKey) error {
+			_, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCompensatedEmpty, Owner: "o"}, within)
+			return err
+		},
+		func(k eventstore.MarkerKey) error {
+			return e.store.PutMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", TTL: within})
+		},
+		func(k eventstore.MarkerKey) error {
+			if _, _, err := e.store.InsertMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerLeased, Owner: "o"}, time.Minute); err != nil {
+				return err
+			}
+			_, _, err := e.store.CommitMarker(ctx, eventstore.Marker{MarkerKey: k, State: eventstore.MarkerCommitted, Owner: "o", TTL: within})
+			return err
+		},
+	} {
+		k := markerKey(e.scope, tx, i+1, "process", "worker:a")
+		must(t, write(k), fmt.Sprintf("write %d with a TTL of %v", i, within))
+		m, err := e.store.GetMarker(ctx, k)
+		must(t, err, "GetMarker")
+		if m.TTL <= within-time.Minute || m.TTL > within+time.Second {
+			t.Fatalf("write %d with a TTL of %v reads TTL %v", i, within, m.TTL)
+		}
 	}
 }

@@ -120,6 +120,8 @@ var tests = []test{
 	{"ConcurrentConditionalInsert", testConcurrentInsert},
 	{"MarkerTTLExpiry", testMarkerTTLExpiry},
 	{"MarkerTTLFromWholeSecond", testMarkerTTLFromWholeSecond},
+	{"MarkerTTLReported", testMarkerTTLReported},
+	{"MarkerExpiryLimit", testMarkerExpiryLimit},
 	{"DirectoryClusteringOrder", testDirectoryOrder},
 	{"DirectoryPaging", testDirectoryPaging},
 	{"DirectoryDeletes", testDirectoryDeletes},
