@@ -33,6 +33,9 @@ import (
 	"github.com/stacksaga-go/stacksaga/worker"
 )
 
+// browserReadToken is the Trace Window's read token in the browser test.
+const browserReadToken = "browser-read-token-0123456789"
+
 // chromiumPath finds Debian's chromium (or another Chrome). Without one the
 // test skips, or fails when STACKSAGA_REQUIRE_SERVICES asks for everything.
 func chromiumPath(t *testing.T) string {
@@ -163,7 +166,7 @@ func newBrowserRig(t *testing.T) *browserRig {
 	runInBackground(t, "orchestrator", o.Run, o.Running())
 
 	h, err := tracewindow.New(store, scope, tracewindow.WithIndex(idx), tracewindow.WithRefresh(500*time.Millisecond),
-		tracewindow.WithTraceLink(traceLinkTemplate), tracewindow.WithAnonymousReads())
+		tracewindow.WithTraceLink(traceLinkTemplate), tracewindow.WithReadToken(browserReadToken))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,6 +314,30 @@ func (b *browser) onEvent(ev any) {
 	b.mu.Unlock()
 }
 
+// forgetErrors drops what the page reported so far, after the test checked
+// that it was expected (what is asserted is named by why).
+func (b *browser) forgetErrors(why string) {
+	b.t.Helper()
+	// The browser reports a failed load as a log entry, which may arrive
+	// after the page has reacted to it: give it a moment.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		b.mu.Lock()
+		seen := slices.ContainsFunc(b.errs, func(e string) bool { return strings.Contains(e, "401") })
+		b.mu.Unlock()
+		if seen {
+			break
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errs {
+		if !strings.Contains(e, "401") {
+			b.t.Fatalf("%s: the page reported more than the 401s: %s", why, strings.Join(b.errs, "\n"))
+		}
+	}
+	b.errs = nil
+}
+
 // noErrors fails the test if the page reported a JavaScript error.
 func (b *browser) noErrors(where string) {
 	b.t.Helper()
@@ -431,8 +458,17 @@ func TestBrowserTraceWindow(t *testing.T) {
 
 	b := newBrowser(t, r.artifact)
 
-	// The list: every saga, newest first.
+	// Reads need the token: the page shows no saga, asks for it, and with it
+	// starts again (the token kept in the tab's session storage).
 	b.do(chromedp.Navigate(r.base))
+	b.poll("the token panel", `!document.getElementById('token-panel').hidden`, 30*time.Second)
+	if n := eval[int](b, `document.querySelectorAll('#saga-table tbody tr').length`); n != 0 {
+		t.Fatalf("without the read token the page lists %d sagas", n)
+	}
+	b.do(chromedp.SetValue(chromedp.CSS("#token-input"), browserReadToken), chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
+	b.forgetErrors("the refused reads") // the 401s are logged by the browser as failed loads
+
+	// The list: every saga, newest first.
 	b.poll("the saga list", `document.querySelectorAll('#saga-table tbody tr').length === 6`, 30*time.Second)
 	b.poll("the health bar", `document.querySelectorAll('#health .chip').length >= 5`, 10*time.Second)
 	rows := eval[[]string](b, `[...document.querySelectorAll('#saga-table tbody tr')].map(r => r.dataset.tx)`)
