@@ -168,7 +168,7 @@ func (o *Orchestrator[T]) Resume(ctx context.Context, txID, correlationKey strin
 		if existing.Owner == eventstore.ClaimResume {
 			return ResumeResult{AlreadyResumed: true}, nil
 		}
-		return ResumeResult{}, fmt.Errorf("%w: %s: its deadline re-invoked the paused step first", ErrNotPaused, txID)
+		return ResumeResult{}, fmt.Errorf("%w: %s: its deadline passed and claimed the pause first: the paused step is invoked again", ErrNotPaused, txID)
 	}
 	if err := o.continuePaused(ctx, txID, tx.Span, tx.Kind, tx.Attempt, resumeContext); err != nil {
 		return ResumeResult{}, err
@@ -229,7 +229,9 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 // redrivePaused handles a directory entry of a PAUSED saga: a resume
 // claimed through the store alone (sagactl resume) is continued; a pause
 // whose deadline passed re-invokes its step against the entity as it was
-// before it; otherwise the entry is registered again for later.
+// before it, and so does a pause whose deadline a node claimed without
+// re-invoking the step (the saga is still PAUSED at the claimed attempt);
+// otherwise the entry is registered again for later.
 func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Transaction, restore bool) error {
 	m, err := o.store.GetMarker(ctx, eventstore.ResumeClaimKey(o.scope, tx.TxID, tx.Span, tx.Kind, tx.Attempt))
 	switch {
@@ -246,7 +248,18 @@ func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Trans
 		}
 		return nil
 	case err == nil:
-		return nil // a deadline claim: re-invoked already
+		// The deadline's claim of the attempt the saga is still PAUSED
+		// at: the node that claimed it failed (a read timed out, it
+		// crashed) before the re-invocation was persisted. Re-invoke it
+		// now; reinvoke checks the state again under the saga's lock, and
+		// the fenced write lets one node only persist it.
+		if err := o.reinvoke(ctx, tx.TxID, tx.Span, tx.Kind, tx.Attempt); err != nil {
+			return err
+		}
+		if restore {
+			return recovery.Later(0, "claimed deadline re-invoked; watchdog re-armed")
+		}
+		return nil
 	case !errors.Is(err, eventstore.ErrNotFound):
 		return err
 	}
