@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -19,29 +18,22 @@ import (
 // saga is not paused, the key is wrong) and a resume that cannot be done
 // now (503 with Retry-After); none is a 500 (issue 35.4).
 func TestAdminResumeAnswers(t *testing.T) {
-	f := newFixture(t)
 	var calls []string
-	h, err := tracewindow.New(f.store, f.scope, tracewindow.WithIndex(f.idx), tracewindow.WithClock(f.clock),
-		tracewindow.WithAdmin(tracewindow.Admin{Token: token,
-			Resume: func(_ context.Context, txID, key string, _ json.RawMessage) error {
-				calls = append(calls, key)
-				switch key {
-				case "not-paused":
-					return fmt.Errorf("%w: %s is COMPLETED", orchestrator.ErrNotPaused, txID)
-				case "wrong":
-					return &orchestrator.CorrelationError{TxID: txID}
-				case "later":
-					return fmt.Errorf("orchestrator: resume %s: %w: %w", txID, orchestrator.ErrRetryLater, context.DeadlineExceeded)
-				case "invalid":
-					return fmt.Errorf("orchestrator: resume %s: %w: resume context key \"\"", txID, eventstore.ErrInvalid)
-				}
-				return nil
-			}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.srv = httptest.NewServer(h)
-	t.Cleanup(f.srv.Close)
+	f := newFixture(t, tracewindow.WithAdmin(tracewindow.Admin{Token: token,
+		Resume: func(_ context.Context, txID, key string, _ json.RawMessage) error {
+			calls = append(calls, key)
+			switch key {
+			case "not-paused":
+				return fmt.Errorf("%w: %s is COMPLETED", orchestrator.ErrNotPaused, txID)
+			case "wrong":
+				return &orchestrator.CorrelationError{TxID: txID}
+			case "later":
+				return fmt.Errorf("%w: resume %s: %w", orchestrator.ErrRetryLater, txID, context.DeadlineExceeded)
+			case "invalid":
+				return fmt.Errorf("orchestrator: resume %s: %w: resume context key \"\"", txID, eventstore.ErrInvalid)
+			}
+			return nil
+		}}))
 	auth := map[string]string{"Authorization": "Bearer " + token}
 	resume := "/api/sagas/" + f.inflight + "/resume"
 	for _, c := range []struct {
