@@ -52,6 +52,36 @@ func (m Marker) IsResumeOf(span int, kind string) bool {
 	return m.Span == span && m.Kind == resumeClaimPrefix+kind && m.Owner == ClaimResume
 }
 
+// earlyResumePrefix starts the Kind of an early resume's marker key.
+const earlyResumePrefix = "resume-early:"
+
+// EarlyResumeKey is the execution marker that keeps a resume that arrived
+// before its pause: a resume with the correlation key of txID's span and
+// kind ("process" or "revert") while that step was still in flight (the
+// worker hands the key to the outside system before it replies, so a fast
+// webhook can come first). The pause of that span and kind consumes it
+// when it is applied: it claims itself for a resume with the kept resume
+// context (ResumeClaim), as if the resume had come after it. It lives in
+// the saga's marker partition and goes with it.
+func EarlyResumeKey(scope Scope, txID string, span int, kind string) MarkerKey {
+	return MarkerKey{Scope: scope, TxID: txID, Span: span, Kind: earlyResumePrefix + kind, Site: "early"}
+}
+
+// EarlyResume returns the early resume of txID's span and kind carrying
+// the resume context rc (msgpack-encoded in Reply), checked with
+// ValidResumeContext. Write it with InsertMarker and a lease of
+// ResumeClaimTTL: the first early resume is kept, a repeated one finds it.
+func EarlyResume(scope Scope, txID string, span int, kind string, rc map[string]string) (Marker, error) {
+	if err := ValidResumeContext(rc); err != nil {
+		return Marker{}, err
+	}
+	b, err := EncodeResumeContext(rc)
+	if err != nil {
+		return Marker{}, err
+	}
+	return Marker{MarkerKey: EarlyResumeKey(scope, txID, span, kind), State: MarkerCommitted, Owner: ClaimResume, Reply: b}, nil
+}
+
 // ResumeClaim returns the claim of the pause of txID at span, kind and
 // attempt for owner, carrying the resume context rc (msgpack-encoded in
 // Reply). Write it with InsertMarker and a lease of ResumeClaimTTL: only

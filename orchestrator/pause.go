@@ -20,6 +20,13 @@ var (
 	// ErrCorrelationKey is matched by a *CorrelationError: the key is not
 	// the one the paused step was given.
 	ErrCorrelationKey = errors.New("orchestrator: wrong correlation key")
+	// ErrRetryLater is matched by a Resume error that a later try of the
+	// same resume may not meet: the store or Kafka failed (a timeout, a
+	// node down). Nothing was claimed, or the pause is claimed for this
+	// resume and a retry node continues the saga (a retried resume then
+	// returns AlreadyResumed). ResumeHandler answers it 503 with
+	// Retry-After.
+	ErrRetryLater = errors.New("orchestrator: retry the resume later")
 )
 
 // CorrelationError is Resume's refusal of a correlation key.
@@ -46,6 +53,12 @@ type ResumeResult struct {
 	AlreadyResumed bool
 	// Continued: this call continued the saga.
 	Continued bool
+	// Early: the saga had not paused yet at the key's step (the step was
+	// in flight: the resume came before the step's reply). The resume is
+	// kept in the store (eventstore.EarlyResume; the first one's context
+	// wins) and the step's pause, when it is applied, continues the saga
+	// with it at once, as if the resume had come after it.
+	Early bool
 }
 
 type resumeKey struct{}
@@ -101,6 +114,20 @@ func (o *Orchestrator[T]) pause(ctx context.Context, tx *eventstore.Transaction,
 	if err := o.persist(ctx, tx, eventstore.StatePaused, tryout, from, last); err != nil {
 		return err
 	}
+	// A resume that came while the step was in flight was kept for this
+	// pause (Resume's Early): consume it now. One marker read per pause;
+	// if it fails, a retry node's pass looks again (redrivePaused).
+	switch rc, ok, err := o.earlyResume(ctx, tx); {
+	case err != nil:
+		o.logger().Warn("orchestrator: could not look for a resume kept for this pause; a retry node looks again", "tx", tx.TxID, "err", err)
+	case ok:
+		won, _, err := o.claim(ctx, tx, eventstore.ClaimResume, rc)
+		if err != nil {
+			o.logger().Warn("orchestrator: could not claim the pause for the resume kept for it; a retry node continues it", "tx", tx.TxID, "err", err)
+		} else if won {
+			return o.continueFrom(ctx, tx, rc)
+		}
+	}
 	if deadline > 0 && o.rec != nil {
 		delay := int((deadline+o.win.Interval()-1)/o.win.Interval()) + 1
 		if _, err := o.rec.RegisterRetry(ctx, o.scope, tx.TxID, o.domain.Name, delay); err != nil {
@@ -132,9 +159,18 @@ func (o *Orchestrator[T]) claim(ctx context.Context, tx *eventstore.Transaction,
 // (Saga.Resume). Any orchestrator instance of the domain can resume any of
 // its sagas. Exactly one continuation happens per pause: a second Resume
 // with the same key returns AlreadyResumed (not an error); a resume that
-// lost the race with the pause's deadline returns ErrNotPaused. A wrong or
-// an earlier step's key returns a *CorrelationError (ErrCorrelationKey); an
-// unknown saga ErrNotFound.
+// lost the race with the pause's deadline returns ErrNotPaused.
+//
+// A resume that comes while the key's step is still in flight (the outside
+// system answered before the worker's reply reached the orchestrator) is
+// kept in the store and returns Early: the step's pause continues the saga
+// with it when it is applied.
+//
+// Errors: a wrong key, or one of a step the saga has left, a
+// *CorrelationError (ErrCorrelationKey); a saga not paused (ended, or whose
+// deadline won) ErrNotPaused; an unknown saga ErrNotFound; an invalid
+// resume context topics.ErrMalformed; a store or Kafka failure
+// ErrRetryLater (the same resume may be tried again).
 func (o *Orchestrator[T]) Resume(ctx context.Context, txID, correlationKey string, resumeContext map[string]string) (ResumeResult, error) {
 	for k, v := range resumeContext {
 		if err := topics.ValidResumeEntry(k, v); err != nil {
@@ -142,8 +178,11 @@ func (o *Orchestrator[T]) Resume(ctx context.Context, txID, correlationKey strin
 		}
 	}
 	tx, err := o.store.LoadTransaction(ctx, o.scope, txID)
-	if err != nil {
+	if errors.Is(err, eventstore.ErrNotFound) {
 		return ResumeResult{}, fmt.Errorf("orchestrator: resume %s: %w", txID, err)
+	}
+	if err != nil {
+		return ResumeResult{}, retryLater(txID, err)
 	}
 	expected := topics.IdempotencyKey(txID, tx.Span, topics.Kind(tx.Kind))
 	match := subtle.ConstantTimeCompare([]byte(expected), []byte(correlationKey)) == 1
@@ -152,43 +191,136 @@ func (o *Orchestrator[T]) Resume(ctx context.Context, txID, correlationKey strin
 		if !ok {
 			return ResumeResult{}, &CorrelationError{TxID: txID}
 		}
-		if o.resumedBefore(ctx, txID, span, kind) {
+		before, err := o.resumedBefore(ctx, txID, span, kind)
+		if err != nil {
+			return ResumeResult{}, retryLater(txID, err)
+		}
+		if before {
 			return ResumeResult{AlreadyResumed: true}, nil
 		}
 		if tx.State == eventstore.StatePaused {
 			return ResumeResult{}, &CorrelationError{TxID: txID, Stale: span < tx.Span || (span == tx.Span && kind != tx.Kind)}
 		}
+		if mayPauseAt(&tx, span, kind) {
+			return o.resumeEarly(ctx, txID, span, kind, resumeContext)
+		}
 		return ResumeResult{}, fmt.Errorf("%w: %s is %s", ErrNotPaused, txID, tx.State)
 	}
-	won, existing, err := o.claim(ctx, &tx, eventstore.ClaimResume, resumeContext)
+	return o.resumeClaimed(ctx, &tx, resumeContext)
+}
+
+// resumeClaimed claims the pause of tx (PAUSED, as just read) for a resume
+// with rc and continues it.
+func (o *Orchestrator[T]) resumeClaimed(ctx context.Context, tx *eventstore.Transaction, rc map[string]string) (ResumeResult, error) {
+	won, existing, err := o.claim(ctx, tx, eventstore.ClaimResume, rc)
 	if err != nil {
-		return ResumeResult{}, err
+		return ResumeResult{}, retryLater(tx.TxID, err)
 	}
 	if !won {
 		if existing.Owner == eventstore.ClaimResume {
 			return ResumeResult{AlreadyResumed: true}, nil
 		}
-		return ResumeResult{}, fmt.Errorf("%w: %s: its deadline re-invoked the paused step first", ErrNotPaused, txID)
+		return ResumeResult{}, fmt.Errorf("%w: %s: its deadline passed and claimed the pause first: the paused step is invoked again", ErrNotPaused, tx.TxID)
 	}
-	if err := o.continuePaused(ctx, txID, tx.Span, tx.Kind, tx.Attempt, resumeContext); err != nil {
-		return ResumeResult{}, err
+	if err := o.continuePaused(ctx, tx.TxID, tx.Span, tx.Kind, tx.Attempt, rc); err != nil {
+		// The claim is this resume's: a retry node's pass continues the
+		// saga (the restore watchdog's, or sooner this retry's).
+		if o.rec != nil {
+			if _, rerr := o.rec.RegisterRetry(ctx, o.scope, tx.TxID, o.domain.Name, 1); rerr != nil {
+				o.logger().Warn("orchestrator: resume claimed but not continued, and no retry registered; the restore watchdog continues it", "tx", tx.TxID, "err", rerr)
+			}
+		}
+		return ResumeResult{}, retryLater(tx.TxID, err)
 	}
 	return ResumeResult{Continued: true}, nil
 }
 
+// resumeEarly keeps a resume of txID's span and kind that came while that
+// step was in flight (eventstore.EarlyResume), for its pause to consume.
+func (o *Orchestrator[T]) resumeEarly(ctx context.Context, txID string, span int, kind string, rc map[string]string) (ResumeResult, error) {
+	m, err := eventstore.EarlyResume(o.scope, txID, span, kind, rc)
+	if err != nil {
+		return ResumeResult{}, fmt.Errorf("orchestrator: resume %s: %w", txID, err)
+	}
+	applied, existing, err := o.store.InsertMarker(ctx, m, eventstore.ResumeClaimTTL)
+	if err != nil {
+		return ResumeResult{}, retryLater(txID, err)
+	}
+	if !applied {
+		m = existing // a repeated early resume: the first one's context is kept
+	}
+	// The pause may have been applied since the saga was read, and have
+	// looked for an early resume before this one was written: read the
+	// saga again, and continue it here if it is paused at that step.
+	tx, err := o.store.LoadTransaction(ctx, o.scope, txID)
+	if err != nil {
+		return ResumeResult{}, retryLater(txID, err)
+	}
+	if tx.State != eventstore.StatePaused || tx.Span != span || tx.Kind != kind {
+		return ResumeResult{Early: true}, nil
+	}
+	kept, err := eventstore.DecodeResumeContext(m.Reply)
+	if err != nil {
+		return ResumeResult{}, fmt.Errorf("orchestrator: resume %s: the early resume kept: %w", txID, err)
+	}
+	res, err := o.resumeClaimed(ctx, &tx, kept)
+	if res.AlreadyResumed {
+		res = ResumeResult{Early: true} // the pause consumed it
+	}
+	return res, err
+}
+
+// mayPauseAt reports whether the saga tx, neither paused nor ended, may
+// still pause at span and kind: forward (until it fails), the step in
+// flight or the next one (a command is published before the saga row says
+// so); a compensation, any span not above the saga's (compensations run
+// in reverse).
+func mayPauseAt(tx *eventstore.Transaction, span int, kind string) bool {
+	switch {
+	case tx.State.Terminal(), tx.State == eventstore.StateDisabled, tx.State == eventstore.StatePaused:
+		return false
+	case kind == string(topics.KindProcess):
+		return tx.Kind == string(topics.KindProcess) && tx.State != eventstore.StateFailed && (span == tx.Span || span == tx.Span+1)
+	default:
+		return span <= tx.Span
+	}
+}
+
+// retryLater wraps a failure of Resume that a retry may not meet.
+func retryLater(txID string, err error) error {
+	return fmt.Errorf("%w: resume %s: %w", ErrRetryLater, txID, err)
+}
+
 // resumedBefore reports whether a resume claimed a pause of txID's span and
 // kind (one read of the saga's marker partition).
-func (o *Orchestrator[T]) resumedBefore(ctx context.Context, txID string, span int, kind string) bool {
+func (o *Orchestrator[T]) resumedBefore(ctx context.Context, txID string, span int, kind string) (bool, error) {
 	ms, err := o.store.ListMarkers(ctx, o.scope, txID)
 	if err != nil {
-		return false
+		return false, err
 	}
 	for _, m := range ms {
 		if m.IsResumeOf(span, kind) {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
+}
+
+// earlyResume returns the resume context of an early resume kept for tx's
+// span and kind (ok false when there is none).
+func (o *Orchestrator[T]) earlyResume(ctx context.Context, tx *eventstore.Transaction) (rc map[string]string, ok bool, err error) {
+	m, err := o.store.GetMarker(ctx, eventstore.EarlyResumeKey(o.scope, tx.TxID, tx.Span, tx.Kind))
+	if errors.Is(err, eventstore.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("orchestrator: read the early resume of %s: %w", tx.TxID, err)
+	}
+	rc, err = eventstore.DecodeResumeContext(m.Reply)
+	if err != nil {
+		return nil, false, fmt.Errorf("orchestrator: the early resume of %s: %w", tx.TxID, err)
+	}
+	return rc, true, nil
 }
 
 // continuePaused continues a pause that a resume claimed: forward, OnNext
@@ -205,8 +337,15 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 	if tx.State != eventstore.StatePaused || tx.Span != span || tx.Kind != kind || tx.Attempt != attempt {
 		return nil // continued already
 	}
-	ctx, tspan := o.sagaSpan(ctx, "resume", &tx)
-	defer func() { endSpan(tspan, &tx, err) }()
+	return o.continueFrom(ctx, &tx, rc)
+}
+
+// continueFrom continues tx, PAUSED as read or just persisted under the
+// saga's lock, whose pause a resume with rc claimed.
+func (o *Orchestrator[T]) continueFrom(ctx context.Context, tx *eventstore.Transaction, rc map[string]string) (err error) {
+	txID := tx.TxID
+	ctx, tspan := o.sagaSpan(ctx, "resume", tx)
+	defer func() { endSpan(tspan, tx, err) }()
 	b, err := eventstore.EncodeResumeContext(rc)
 	if err != nil {
 		return fmt.Errorf("orchestrator: resume %s: %w", txID, err)
@@ -221,17 +360,19 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 	tx.PausedUntil, tx.PauseEvent = time.Time{}, ""
 	ctx = withPersistFirst(withResume(ctx, rc))
 	if tx.Kind == string(topics.KindProcess) {
-		return o.next(ctx, &tx, o.domain.OnNext, last, tryout, from)
+		return o.next(ctx, tx, o.domain.OnNext, last, tryout, from)
 	}
-	return o.next(ctx, &tx, o.domain.OnNextRevert, last, tryout, from)
+	return o.next(ctx, tx, o.domain.OnNextRevert, last, tryout, from)
 }
 
 // redrivePaused handles a directory entry of a PAUSED saga: a resume
-// claimed through the store alone (sagactl resume) is continued; a pause
+// claimed through the store alone (sagactl resume), or kept for the pause
+// before it was applied (Resume's Early), is continued; a pause
 // whose deadline passed re-invokes its step against the entity as it was
 // before it (from the deadline's entry or from the saga's restore
-// watchdog, which is then re-armed); otherwise the entry is registered
-// again for later.
+// watchdog, which is then re-armed), and so does a pause whose deadline a
+// node claimed without re-invoking the step (the saga is still PAUSED at the
+// claimed attempt); otherwise the entry is registered again for later.
 func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Transaction, restore bool) error {
 	m, err := o.store.GetMarker(ctx, eventstore.ResumeClaimKey(o.scope, tx.TxID, tx.Span, tx.Kind, tx.Attempt))
 	switch {
@@ -248,9 +389,42 @@ func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Trans
 		}
 		return nil
 	case err == nil:
-		return nil // a deadline claim: re-invoked already
+		// The deadline's claim of the attempt the saga is still PAUSED
+		// at: the node that claimed it failed (a read timed out, it
+		// crashed) before the re-invocation was persisted. Re-invoke it
+		// now; reinvoke checks the state again under the saga's lock, and
+		// the fenced write lets one node only persist it.
+		if err := o.reinvoke(ctx, tx.TxID, tx.Span, tx.Kind, tx.Attempt); err != nil {
+			return err
+		}
+		if restore {
+			return recovery.Later(0, "claimed deadline re-invoked; watchdog re-armed")
+		}
+		return nil
 	case !errors.Is(err, eventstore.ErrNotFound):
 		return err
+	}
+	// A resume kept for this pause that the pause could not consume (its
+	// read failed, or the resume was kept just after it looked and the
+	// resuming process stopped before it looked again).
+	rc, early, err := o.earlyResume(ctx, &tx)
+	if err != nil {
+		return err
+	}
+	if early {
+		won, _, err := o.claim(ctx, &tx, eventstore.ClaimResume, rc)
+		if err != nil {
+			return err
+		}
+		if won {
+			if err := o.continuePaused(ctx, tx.TxID, tx.Span, tx.Kind, tx.Attempt, rc); err != nil {
+				return err
+			}
+		}
+		if restore {
+			return recovery.Later(0, "resumed (early resume); watchdog re-armed")
+		}
+		return nil
 	}
 	now := o.cfg.now()
 	if tx.PausedUntil.IsZero() || (restore && now.Before(tx.PausedUntil)) {

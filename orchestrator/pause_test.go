@@ -263,7 +263,7 @@ func settleRuntime() (int, uint64) {
 	return runtime.NumGoroutine(), ms.HeapInuse
 }
 
-// The webhook handler answers 200/404/409/413/422 with a JSON body and
+// The webhook handler answers 200/400/404/409/413 with a JSON body and
 // changes nothing when it refuses.
 func TestResumeHandler(t *testing.T) {
 	r := newRig(t, "memory")
@@ -294,8 +294,8 @@ func TestResumeHandler(t *testing.T) {
 		body string
 		code int
 	}{
-		{`{not json`, http.StatusUnprocessableEntity},
-		{`{"transaction_id":"` + id + `"}`, http.StatusUnprocessableEntity},
+		{`{not json`, http.StatusBadRequest},
+		{`{"transaction_id":"` + id + `"}`, http.StatusBadRequest},
 		{`{"transaction_id":"nosuch","correlation_key":"nosuch:1:process"}`, http.StatusNotFound},
 		{`{"transaction_id":"` + id + `","correlation_key":"` + id + `:0:process"}`, http.StatusConflict},
 		{`{"transaction_id":"` + id + `","correlation_key":"` + key + `","context":{"x":"` + strings.Repeat("y", 70<<10) + `"}}`, http.StatusRequestEntityTooLarge},

@@ -23,6 +23,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/recovery"
+	"github.com/stacksaga-go/stacksaga/topics"
 )
 
 //go:embed web
@@ -60,7 +61,11 @@ type Admin struct {
 	// (orchestrator.Orchestrator.Restore).
 	Resend func(ctx context.Context, txID string) error
 	// Resume resumes a PAUSED saga with the span's correlation key and a
-	// resume context (JSON).
+	// resume context (JSON: an object of strings, or absent; the Trace
+	// Window refuses anything else with 400). The answer follows its
+	// error: 409 for orchestrator.ErrNotPaused or ErrCorrelationKey (and
+	// recovery's), 400 for eventstore.ErrInvalid or topics.ErrMalformed,
+	// 503 with Retry-After for orchestrator.ErrRetryLater.
 	Resume func(ctx context.Context, txID, correlationKey string, resumeContext json.RawMessage) error
 }
 
@@ -924,6 +929,13 @@ func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action s
 			writeError(w, http.StatusBadRequest, `resume needs {"correlation_key": "...", "context": {...}}`)
 			return
 		}
+		if len(rb.Context) > 0 {
+			var rc map[string]string
+			if jerr := json.Unmarshal(rb.Context, &rc); jerr != nil {
+				writeError(w, http.StatusBadRequest, "the resume context must be a JSON object of strings: %v", jerr)
+				return
+			}
+		}
 		err = a.Resume(ctx, id, rb.CorrelationKey, rb.Context)
 	default:
 		writeError(w, http.StatusNotFound, "unknown admin action %.32q: want one of %s", action, strings.Join([]string{ActionRestore, ActionRedrive, ActionResend, ActionResume}, ", "))
@@ -937,9 +949,20 @@ func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action s
 	case errors.Is(err, eventstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no saga %s", id)
 		return
-	case errors.Is(err, recovery.ErrNotRestorable), errors.Is(err, orchestrator.ErrNotRetryPending), errors.Is(err, orchestrator.ErrNotInFlight):
+	case errors.Is(err, recovery.ErrNotRestorable), errors.Is(err, orchestrator.ErrNotRetryPending), errors.Is(err, orchestrator.ErrNotInFlight),
+		errors.Is(err, orchestrator.ErrNotPaused), errors.Is(err, orchestrator.ErrCorrelationKey),
+		errors.Is(err, recovery.ErrNotPaused), errors.Is(err, recovery.ErrCorrelationKey):
 		log.Info("tracewindow: admin action refused", "err", err)
 		writeError(w, http.StatusConflict, "%v", err)
+		return
+	case errors.Is(err, eventstore.ErrInvalid), errors.Is(err, topics.ErrMalformed):
+		log.Info("tracewindow: admin action refused: bad input", "err", err)
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	case errors.Is(err, orchestrator.ErrRetryLater):
+		log.Warn("tracewindow: admin action not done now; retry later", "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(int(orchestrator.ResumeRetryAfter/time.Second)))
+		writeError(w, http.StatusServiceUnavailable, "%s %s: not done now, retry later: %v", action, id, err)
 		return
 	case err != nil:
 		log.Warn("tracewindow: admin action failed", "err", err)

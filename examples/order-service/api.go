@@ -9,7 +9,6 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
-	"github.com/stacksaga-go/stacksaga/topics"
 )
 
 // orderView is the GET /orders/{id} response.
@@ -106,10 +105,12 @@ func newAPI(o *orchestrator.Orchestrator[placeorder.Order], traceWindow http.Han
 // paymentCallbackHandler resumes the order saga paused for its payment
 // authorisation with the gateway's verdict as the resume context
 // ({"status": …}), which the saga's OnNext reads. It answers as
-// orchestrator.ResumeHandler does: 200 {"status":"resumed"} (or
-// "already_resumed": the gateway retried its callback), 404 unknown
-// order, 409 wrong payment reference or order not waiting for a payment,
-// 413 body over 64 KiB, 422 malformed JSON or missing fields.
+// orchestrator.ResumeHandler does (orchestrator.WriteResumeResult): 200
+// {"status":"resumed"} (or "already_resumed": the gateway retried its
+// callback), 202 "accepted" (the callback came before the payment step's
+// pause: kept for it), 404 unknown order, 409 wrong payment reference or
+// order not waiting for a payment, 503 with Retry-After (retry later),
+// 413 body over 64 KiB, 400 malformed JSON or missing fields.
 func paymentCallbackHandler(o *orchestrator.Orchestrator[placeorder.Order], w http.ResponseWriter, r *http.Request) {
 	fail := func(code int, msg string) {
 		writeJSON(w, code, orchestrator.ResumeResponse{Status: "error", Error: msg})
@@ -123,28 +124,15 @@ func paymentCallbackHandler(o *orchestrator.Orchestrator[placeorder.Order], w ht
 			fail(http.StatusRequestEntityTooLarge, "body over 64 KiB")
 			return
 		}
-		fail(http.StatusUnprocessableEntity, "malformed JSON: "+err.Error())
+		fail(http.StatusBadRequest, "malformed JSON: "+err.Error())
 		return
 	}
 	if cb.TransactionID == "" || cb.PaymentRef == "" || cb.Status == "" {
-		fail(http.StatusUnprocessableEntity, "transaction_id, payment_ref and status are required")
+		fail(http.StatusBadRequest, "transaction_id, payment_ref and status are required")
 		return
 	}
 	res, err := o.Resume(r.Context(), cb.TransactionID, cb.PaymentRef, map[string]string{placeorder.StatusKey: cb.Status})
-	switch {
-	case err == nil && res.AlreadyResumed:
-		writeJSON(w, http.StatusOK, orchestrator.ResumeResponse{Status: "already_resumed"})
-	case err == nil:
-		writeJSON(w, http.StatusOK, orchestrator.ResumeResponse{Status: "resumed"})
-	case errors.Is(err, orchestrator.ErrNotFound):
-		fail(http.StatusNotFound, "no order saga "+cb.TransactionID)
-	case errors.Is(err, orchestrator.ErrCorrelationKey), errors.Is(err, orchestrator.ErrNotPaused):
-		fail(http.StatusConflict, err.Error())
-	case errors.Is(err, topics.ErrMalformed):
-		fail(http.StatusUnprocessableEntity, err.Error())
-	default:
-		fail(http.StatusInternalServerError, "resume failed: "+err.Error())
-	}
+	orchestrator.WriteResumeResult(w, res, err)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

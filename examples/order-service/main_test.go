@@ -242,9 +242,9 @@ func TestAsyncPayment(t *testing.T) {
 		body string
 		code int
 	}{
-		{`{not json`, http.StatusUnprocessableEntity},
-		{`{"transaction_id":"` + id + `","payment_ref":"` + ref + `"}`, http.StatusUnprocessableEntity},
-		{`{"transaction_id":"` + id + `","payment_ref":"` + ref + `","status":"authorised","extra":1}`, http.StatusUnprocessableEntity},
+		{`{not json`, http.StatusBadRequest},
+		{`{"transaction_id":"` + id + `","payment_ref":"` + ref + `"}`, http.StatusBadRequest},
+		{`{"transaction_id":"` + id + `","payment_ref":"` + ref + `","status":"authorised","extra":1}`, http.StatusBadRequest},
 		{`{"transaction_id":"no-such-order","payment_ref":"no-such-order:1:process","status":"authorised"}`, http.StatusNotFound},
 		{`{"transaction_id":"` + id + `","payment_ref":"` + id + `:0:process","status":"authorised"}`, http.StatusConflict},
 		{`{"transaction_id":"` + id + `","payment_ref":"forged","status":"authorised"}`, http.StatusConflict},
