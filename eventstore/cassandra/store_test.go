@@ -89,8 +89,16 @@ func TestStatementCounts(t *testing.T) {
 			return s.Transition(ctx, tx, &eventstore.Tryout{Index: 1, Outcome: "ok"})
 		}, cassandra.Stats{Batches: 1, Tables: map[string]cassandra.TableStats{
 			cassandra.TableTransaction: {Writes: 1, Batched: 1}, cassandra.TableTransactionTryout: {Writes: 1, Batched: 1}}}},
+		// The delete of its version's tryout rides in the same batch.
 		{"Transition without tryout", func() error { return s.Transition(ctx, tx, nil) },
-			cassandra.Stats{Writes: 1, Tables: map[string]cassandra.TableStats{cassandra.TableTransaction: {Writes: 1}}}},
+			cassandra.Stats{Batches: 1, Tables: map[string]cassandra.TableStats{
+				cassandra.TableTransaction: {Writes: 1, Batched: 1}, cassandra.TableTransactionTryout: {Writes: 1, Batched: 1}}}},
+		// A raised Fence adds the range delete of the tryouts it fenced.
+		{"Transition with a Fence", func() error {
+			tx.Version, tx.Fence = 3, 1
+			return s.Transition(ctx, tx, &eventstore.Tryout{Index: 3, Outcome: "ok"})
+		}, cassandra.Stats{Batches: 1, Tables: map[string]cassandra.TableStats{
+			cassandra.TableTransaction: {Writes: 1, Batched: 1}, cassandra.TableTransactionTryout: {Writes: 2, Batched: 2}}}},
 		{"LoadTransaction", func() error { _, err := s.LoadTransaction(ctx, scope, tx.TxID); return err },
 			cassandra.Stats{Reads: 1, Tables: map[string]cassandra.TableStats{cassandra.TableTransaction: {Reads: 1}}}},
 		{"TransactionState", func() error { _, err := s.TransactionState(ctx, scope, tx.TxID); return err },

@@ -104,6 +104,8 @@ var tests = []test{
 	{"TransitionOverwrites", testTransitionOverwrites},
 	{"PutMarkerTTL", testPutMarkerTTL},
 	{"TransitionFenced", testTransitionFenced},
+	{"TransitionFenceRaised", testTransitionFenceRaised},
+	{"TransitionSameVersionMerges", testTransitionSameVersionMerges},
 	{"TransitionBeforeCreate", testTransitionBeforeCreate},
 	{"TryoutsOrdered", testTryoutsOrdered},
 	{"ScopeIsolation", testScopeIsolation},
