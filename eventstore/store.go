@@ -251,9 +251,17 @@ type Store interface {
 	Tryouts(ctx context.Context, scope Scope, txID string) ([]Tryout, error)
 
 	// Freeze copies a saga into es_frozen_transaction (it stays readable
-	// with LoadTransaction). Unfreeze removes it from there.
+	// with LoadTransaction). Unfreeze removes the copy of tx's saga. Both
+	// are ordered as the saga's writes are (WriteTime of their tx, see
+	// Transition), whatever order they arrive in: Unfreeze removes a copy
+	// frozen at the same or an earlier (Fence, Version) than its tx, also
+	// one that arrives after it (a late freeze cannot quarantine a saga
+	// restored since), and a copy frozen at a later one stays or lands.
+	// Between two copies the later wins (the same one: the last written).
+	// Pass Unfreeze the row as written by the transition that releases the
+	// saga.
 	Freeze(ctx context.Context, tx Transaction, reason string) error
-	Unfreeze(ctx context.Context, scope Scope, txID string) error
+	Unfreeze(ctx context.Context, tx Transaction) error
 	// ListFrozen lists frozen sagas of a scope ordered by TxID, at most
 	// limit (<= 0: all).
 	ListFrozen(ctx context.Context, scope Scope, limit int) ([]FrozenTransaction, error)

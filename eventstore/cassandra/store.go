@@ -556,21 +556,33 @@ func (s *Store) Tryouts(ctx context.Context, scope eventstore.Scope, txID string
 
 // --- frozen ---------------------------------------------------------------
 
-// Freeze copies tx into es_frozen_transaction (overwriting an earlier copy).
+// frozenEpoch is added to the write timestamps of es_frozen_transaction:
+// releases before the fence froze sagas at the server's time, which is
+// later than any saga's write timestamp (its creation time plus little);
+// from this far-future base (2^56 microseconds, about the year 4253) every
+// Freeze and Unfreeze is later than those copies, whatever their order
+// among themselves.
+const frozenEpoch = 1 << 56
+
+// Freeze copies tx into es_frozen_transaction at tx's write timestamp
+// (eventstore.WriteTime, plus frozenEpoch), so that Cassandra orders it
+// with Unfreeze as the saga's writes are ordered.
 func (s *Store) Freeze(ctx context.Context, tx eventstore.Transaction, reason string) error {
 	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
-	vals := append(txValues(tx), reason, eventstore.StoredTime(s.now()))
+	vals := append(txValues(tx), reason, eventstore.StoredTime(s.now()), frozenEpoch+eventstore.WriteTime(tx))
 	return s.exec(ctx, "freeze", s.st.insertFrozen, vals...)
 }
 
-// Unfreeze removes a saga from es_frozen_transaction.
-func (s *Store) Unfreeze(ctx context.Context, scope eventstore.Scope, txID string) error {
-	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
+// Unfreeze deletes the frozen copy of tx's saga at tx's write timestamp
+// (plus frozenEpoch): a copy frozen at an earlier one is shadowed, also
+// one that arrives later, and so is a copy an older release froze.
+func (s *Store) Unfreeze(ctx context.Context, tx eventstore.Transaction) error {
+	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
-	return s.exec(ctx, "unfreeze", s.st.deleteFrozen, scope.Region, scope.Cluster, scope.Service, txID)
+	return s.exec(ctx, "unfreeze", s.st.deleteFrozen, frozenEpoch+eventstore.WriteTime(tx), tx.Region, tx.Cluster, tx.Service, tx.TxID)
 }
 
 // ListFrozen lists frozen sagas ordered by TxID, at most limit (<= 0: all).

@@ -53,7 +53,7 @@ type Store struct {
 	shards [shardCount]shard
 
 	frozenMu sync.RWMutex
-	frozen   map[eventstore.Scope]map[string]eventstore.FrozenTransaction
+	frozen   map[eventstore.Scope]map[string]frozenRec
 
 	dir directory
 }
@@ -69,7 +69,7 @@ func New(opts ...Option) *Store {
 	s := &Store{
 		now:    time.Now,
 		seed:   maphash.MakeSeed(),
-		frozen: make(map[eventstore.Scope]map[string]eventstore.FrozenTransaction),
+		frozen: make(map[eventstore.Scope]map[string]frozenRec),
 	}
 	for _, o := range opts {
 		o.apply(s)
@@ -118,6 +118,13 @@ type tryoutRec struct {
 type rangeDelete struct {
 	from int
 	ts   int64
+}
+
+// frozenRec is a frozen copy, or its delete (deleted), written at ts.
+type frozenRec struct {
+	f       eventstore.FrozenTransaction
+	ts      int64
+	deleted bool
 }
 
 type markerCK struct {
@@ -340,35 +347,55 @@ func (s *Store) Tryouts(ctx context.Context, scope eventstore.Scope, txID string
 	return out, nil
 }
 
-// Freeze copies tx into the frozen table (overwriting an earlier copy).
+// Freeze copies tx into the frozen table at tx's write time, ordered with
+// Unfreeze as the Cassandra store orders them (eventstore.Store.Freeze).
 func (s *Store) Freeze(ctx context.Context, tx eventstore.Transaction, reason string) error {
 	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
-	f := eventstore.FrozenTransaction{Transaction: cloneTx(tx), Reason: reason, FrozenAt: eventstore.StoredTime(s.now())}
+	ts := eventstore.WriteTime(tx)
+	c := cloneTx(tx)
+	c.Fence = 0 // not kept with a frozen copy
+	f := eventstore.FrozenTransaction{Transaction: c, Reason: reason, FrozenAt: eventstore.StoredTime(s.now())}
 	s.frozenMu.Lock()
 	defer s.frozenMu.Unlock()
 	m := s.frozen[tx.Scope]
 	if m == nil {
-		m = make(map[string]eventstore.FrozenTransaction)
+		m = make(map[string]frozenRec)
 		s.frozen[tx.Scope] = m
 	}
-	m[tx.TxID] = f
+	old, ok := m[tx.TxID]
+	switch {
+	case !ok || ts > old.ts:
+		m[tx.TxID] = frozenRec{f: f, ts: ts}
+	case ts < old.ts || old.deleted:
+		// An earlier copy, or one an Unfreeze of its write time or later
+		// removed: shadowed.
+	default: // the same write time: Cassandra merges the cells
+		f.Transaction = mergeTx(old.f.Transaction, f.Transaction)
+		f.Reason, f.FrozenAt = max(old.f.Reason, f.Reason), maxTime(old.f.FrozenAt, f.FrozenAt)
+		m[tx.TxID] = frozenRec{f: f, ts: ts}
+	}
 	return nil
 }
 
-// Unfreeze removes a saga from the frozen table (a no-op if absent).
-func (s *Store) Unfreeze(ctx context.Context, scope eventstore.Scope, txID string) error {
-	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
+// Unfreeze removes the frozen copy of tx's saga written at or before tx's
+// write time, now or when it arrives (it keeps the delete, as Cassandra
+// keeps a tombstone).
+func (s *Store) Unfreeze(ctx context.Context, tx eventstore.Transaction) error {
+	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
+	ts := eventstore.WriteTime(tx)
 	s.frozenMu.Lock()
 	defer s.frozenMu.Unlock()
-	if m := s.frozen[scope]; m != nil {
-		delete(m, txID)
-		if len(m) == 0 {
-			delete(s.frozen, scope)
-		}
+	m := s.frozen[tx.Scope]
+	if m == nil {
+		m = make(map[string]frozenRec)
+		s.frozen[tx.Scope] = m
+	}
+	if old, ok := m[tx.TxID]; !ok || old.ts <= ts {
+		m[tx.TxID] = frozenRec{ts: ts, deleted: true}
 	}
 	return nil
 }
@@ -388,8 +415,8 @@ func (s *Store) ListFrozenAfter(ctx context.Context, scope eventstore.Scope, aft
 	defer s.frozenMu.RUnlock()
 	m := s.frozen[scope]
 	ids := make([]string, 0, len(m))
-	for id := range m {
-		if id > afterTxID {
+	for id, r := range m {
+		if id > afterTxID && !r.deleted {
 			ids = append(ids, id)
 		}
 	}
@@ -402,7 +429,7 @@ func (s *Store) ListFrozenAfter(ctx context.Context, scope eventstore.Scope, aft
 	}
 	out := make([]eventstore.FrozenTransaction, len(ids))
 	for i, id := range ids {
-		f := m[id]
+		f := m[id].f
 		f.Transaction = cloneTx(f.Transaction)
 		out[i] = f
 	}
@@ -416,8 +443,9 @@ func (s *Store) GetFrozen(ctx context.Context, scope eventstore.Scope, txID stri
 	}
 	s.frozenMu.RLock()
 	defer s.frozenMu.RUnlock()
-	f, ok := s.frozen[scope][txID]
-	if !ok {
+	r, ok := s.frozen[scope][txID]
+	f := r.f
+	if !ok || r.deleted {
 		return eventstore.FrozenTransaction{}, fmt.Errorf("memory: frozen transaction %q: %w", txID, eventstore.ErrNotFound)
 	}
 	f.Transaction = cloneTx(f.Transaction)

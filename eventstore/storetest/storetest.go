@@ -113,6 +113,7 @@ var tests = []test{
 	{"Normalization", testNormalization},
 	{"Validation", testValidation},
 	{"Frozen", testFrozen},
+	{"FreezeFenced", testFreezeFenced},
 	{"MarkerLease", testMarkerLease},
 	{"MarkerPermanentInsert", testMarkerPermanentInsert},
 	{"MarkerDelete", testMarkerDelete},

@@ -605,8 +605,8 @@ func testFrozen(t *testing.T, e *env) {
 	must(t, err, "GetFrozen")
 	checkTx(t, "GetFrozen", f.Transaction, fullTx(e.scope, "tx-b"))
 
-	must(t, e.store.Unfreeze(ctx, e.scope, "tx-b"), "Unfreeze")
-	must(t, e.store.Unfreeze(ctx, e.scope, "tx-b"), "Unfreeze twice")
+	must(t, e.store.Unfreeze(ctx, fullTx(e.scope, "tx-b")), "Unfreeze")
+	must(t, e.store.Unfreeze(ctx, fullTx(e.scope, "tx-b")), "Unfreeze twice")
 	_, err = e.store.GetFrozen(ctx, e.scope, "tx-b")
 	mustIs(t, err, eventstore.ErrNotFound, "GetFrozen after Unfreeze")
 	list, err = e.store.ListFrozen(ctx, e.scope, 0)
@@ -783,5 +783,51 @@ func testTransitionSameVersionMerges(t *testing.T, e *env) {
 		wantTr := *ta // a's Attempt, Error, After, ResumeContext
 		wantTr.Endpoint, wantTr.Outcome, wantTr.Before, wantTr.FinishedAt = tb.Endpoint, tb.Outcome, tb.Before, tb.FinishedAt
 		checkHistory(t, e, fmt.Sprintf("after two writes of one version (a first: %v)", aFirst), id, want, &wantTr)
+	}
+}
+
+// testFreezeFenced: Freeze and Unfreeze are ordered by the (Fence, Version)
+// of their rows, whatever order they arrive in: a late freeze of a disable
+// does not quarantine the saga its restore released, a later disable's
+// freeze does, and a late release does not undo it.
+func testFreezeFenced(t *testing.T, e *env) {
+	ctx := t.Context()
+	tx := fullTx(e.scope, "tx-freeze-fenced")
+	must(t, e.store.CreateTransaction(ctx, tx, nil), "CreateTransaction")
+	disable := tx
+	disable.State, disable.Version, disable.Fence = eventstore.StateDisabled, tx.Version+1, tx.Fence+1
+	restore := disable
+	restore.State, restore.Version, restore.Fence = eventstore.StateRetryPending, disable.Version+1, disable.Fence+1
+	frozen := func(what string, want bool) {
+		t.Helper()
+		_, err := e.store.GetFrozen(ctx, e.scope, tx.TxID)
+		if want {
+			must(t, err, "GetFrozen "+what)
+		} else {
+			mustIs(t, err, eventstore.ErrNotFound, "GetFrozen "+what)
+		}
+		list, err := e.store.ListFrozen(ctx, e.scope, 0)
+		must(t, err, "ListFrozen "+what)
+		if (len(list) == 1) != want {
+			t.Fatalf("ListFrozen %s: %v, want the saga listed: %v", what, frozenIDs(list), want)
+		}
+	}
+	must(t, e.store.Freeze(ctx, disable, "lifetime exceeded"), "Freeze at the disable's version")
+	frozen("after the disable", true)
+	must(t, e.store.Unfreeze(ctx, restore), "Unfreeze at the restore's version")
+	frozen("after the restore", false)
+	must(t, e.store.Freeze(ctx, disable, "lifetime exceeded"), "a late Freeze at the disable's version")
+	frozen("after a late freeze of the disable", false)
+
+	again := restore
+	again.State, again.Version, again.Fence = eventstore.StateDisabled, restore.Version+1, restore.Fence+1
+	must(t, e.store.Freeze(ctx, again, "lifetime exceeded again"), "Freeze at a second disable's version")
+	frozen("after a second disable", true)
+	must(t, e.store.Unfreeze(ctx, restore), "a late Unfreeze at the first restore's version")
+	frozen("after a late release by the first restore", true)
+	f, err := e.store.GetFrozen(ctx, e.scope, tx.TxID)
+	must(t, err, "GetFrozen")
+	if f.Reason != "lifetime exceeded again" || f.Version != again.Version {
+		t.Fatalf("frozen copy %q version %d, want the second disable's", f.Reason, f.Version)
 	}
 }
