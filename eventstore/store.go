@@ -257,9 +257,10 @@ type Store interface {
 	// frozen at the same or an earlier (Fence, Version) than its tx, also
 	// one that arrives after it (a late freeze cannot quarantine a saga
 	// restored since), and a copy frozen at a later one stays or lands.
-	// Between two copies the later wins (the same one: the last written).
-	// Pass Unfreeze the row as written by the transition that releases the
-	// saga.
+	// Between two copies the later wins (two of the same one merge as rows
+	// do). Pass Unfreeze the row as written by the transition that
+	// releases the saga. A frozen copy does not keep the Fence (it reads
+	// back as 0).
 	Freeze(ctx context.Context, tx Transaction, reason string) error
 	Unfreeze(ctx context.Context, tx Transaction) error
 	// ListFrozen lists frozen sagas of a scope ordered by TxID, at most

@@ -6,6 +6,12 @@
 // at t truncated to whole seconds plus the TTL, up to a second earlier than
 // t plus the TTL.
 //
+// A saga's writes are ordered as the Cassandra store's write timestamps
+// order them (eventstore.WriteTime): the later write wins, cell by cell,
+// with the tryout and frozen-copy deletes Cassandra would keep, and two
+// writes of one timestamp merge column by column as Cassandra merges them
+// (merge.go).
+//
 // State is sharded by transaction id so that concurrent sagas do not
 // contend; every value is copied on the way in and out.
 package memory
@@ -281,7 +287,9 @@ func (rec *txRec) write(tx eventstore.Transaction, tr *eventstore.Tryout, transi
 	}
 	if tx.Fence > 0 {
 		d := rangeDelete{from: int(tx.Version), ts: eventstore.WriteTime(eventstore.Transaction{CreatedAt: tx.CreatedAt, Fence: tx.Fence}) - 1}
-		rec.fences = append(rec.fences, d)
+		if !slices.ContainsFunc(rec.fences, func(o rangeDelete) bool { return o.from <= d.from && o.ts >= d.ts }) {
+			rec.fences = append(rec.fences, d) // not one an earlier delete covers
+		}
 		rec.tryouts = slices.DeleteFunc(rec.tryouts, func(r tryoutRec) bool { return r.t.Index >= d.from && r.ts <= d.ts })
 	}
 	switch {
