@@ -113,7 +113,17 @@ type Transaction struct {
 	Domain string
 	State  State
 	// Version counts the transitions written; it starts at 1 on create.
+	// It must lie in 0..MaxVersion.
 	Version int64
+	// Fence counts the writes made away from the reply path (a disable, an
+	// admin's restore, a pause's deadline): such a writer increments it
+	// with Version, every other writer keeps the Fence of the row it read.
+	// A write of a higher Fence wins over every write of a lower one,
+	// whatever their versions (see Store.Transition), so a reply applied to
+	// a state read before such a write can never overwrite it, not even at
+	// the same Version. LoadTransaction returns the Fence of the stored
+	// row; it must lie in 0..MaxFence.
+	Fence int64
 	// Span is the index of the current step; Kind is "process" while going
 	// forward and "revert" while compensating; Endpoint names the step.
 	Span     int
@@ -204,23 +214,55 @@ type Store interface {
 	// LoadTransaction reads a saga row; ErrNotFound if absent.
 	LoadTransaction(ctx context.Context, scope Scope, txID string) (Transaction, error)
 	// Transition writes the saga row and, if non-nil, a tryout row in one
-	// same-partition batch (one round trip). It overwrites every field of
-	// the row (an upsert: it does not check that the row exists; the
-	// caller increments Version) unless the stored row has a higher
-	// Version: an older version never overwrites a newer one (the write is
-	// then discarded without an error), so a zombie writer cannot undo a
-	// newer state. Two writes of the same version race: write each version
-	// once. A tryout with an empty
-	// TxID takes tx.TxID; a tryout of another saga fails with ErrInvalid.
-	// Writing the same tryout Index again overwrites that tryout.
+	// same-partition batch (one round trip). It is an upsert (it does not
+	// check that the row exists; the caller increments Version) ordered by
+	// the fence: writes of one saga are ordered by (Fence, Version), and a
+	// write takes effect only as far as that order lets it, whatever order
+	// the writes arrive in (WriteTime is the order as one number):
+	//   - the row: a write replaces every field of the stored row if it is
+	//     later, and is discarded without an error if it is earlier (a
+	//     zombie writer cannot undo a newer state). Two writes of the same
+	//     Fence and Version merge field by field, as Cassandra merges two
+	//     cells of one write timestamp: of each field, the value whose
+	//     stored bytes compare greater wins (text and blobs bytewise,
+	//     integers and times as unsigned big-endian, an empty or zero value
+	//     lowest, the completed list and the hints by their serialised
+	//     form). Write each version once: a writer away from the reply path
+	//     raises Fence so that it never shares a version with a reply.
+	//   - the tryout slot of its Version (the tryout Index a write of that
+	//     version carries, as the orchestrator writes them): a write with a
+	//     tryout puts it at tryout.Index, a write without one deletes the
+	//     tryout at Index tx.Version (a tryout of the same Fence and
+	//     Version, or an older one, is removed); between two tryouts of one
+	//     Index the later write wins whole, and tryouts of the same Fence
+	//     and Version merge as rows do.
+	//   - a write with Fence > 0 removes every tryout at an Index of at
+	//     least tx.Version written with a lower Fence: the tryouts of
+	//     writes that lost to the fence are discarded even when they arrive
+	//     later.
+	// So a write discarded by the fence leaves no tryout of its own when
+	// its tryout's Index is its Version and the winning writes wrote that
+	// version (the tryout is then discarded, or merged into the winner's
+	// of the same version). A tryout with an empty TxID takes tx.TxID; a
+	// tryout of another saga, a Version outside 0..MaxVersion or a Fence
+	// outside 0..MaxFence fail with ErrInvalid.
 	Transition(ctx context.Context, tx Transaction, tryout *Tryout) error
 	// Tryouts returns a saga's step history ordered by Index.
 	Tryouts(ctx context.Context, scope Scope, txID string) ([]Tryout, error)
 
 	// Freeze copies a saga into es_frozen_transaction (it stays readable
-	// with LoadTransaction). Unfreeze removes it from there.
+	// with LoadTransaction). Unfreeze removes the copy of tx's saga. Both
+	// are ordered as the saga's writes are (WriteTime of their tx, see
+	// Transition), whatever order they arrive in: Unfreeze removes a copy
+	// frozen at the same or an earlier (Fence, Version) than its tx, also
+	// one that arrives after it (a late freeze cannot quarantine a saga
+	// restored since), and a copy frozen at a later one stays or lands.
+	// Between two copies the later wins (two of the same one merge as rows
+	// do). Pass Unfreeze the row as written by the transition that
+	// releases the saga. A frozen copy does not keep the Fence (it reads
+	// back as 0).
 	Freeze(ctx context.Context, tx Transaction, reason string) error
-	Unfreeze(ctx context.Context, scope Scope, txID string) error
+	Unfreeze(ctx context.Context, tx Transaction) error
 	// ListFrozen lists frozen sagas of a scope ordered by TxID, at most
 	// limit (<= 0: all).
 	ListFrozen(ctx context.Context, scope Scope, limit int) ([]FrozenTransaction, error)
@@ -277,6 +319,43 @@ type FrozenTransaction struct {
 	Transaction
 	Reason   string
 	FrozenAt time.Time
+}
+
+// MaxVersion and MaxFence bound Transaction.Version and Transaction.Fence
+// (see WriteTime).
+const (
+	MaxVersion = 1<<FenceShift - 1
+	MaxFence   = 1<<24 - 1
+)
+
+// FenceShift is where Fence starts in a WriteTime.
+const FenceShift = 24
+
+// WriteTime is the order of tx's writes among those of its saga as one
+// number: tx.CreatedAt in microseconds (truncated to the millisecond),
+// plus Fence shifted by FenceShift, plus Version. The Cassandra store
+// writes the saga row and its tryouts at this write timestamp, so that
+// Cassandra itself applies the order of Store.Transition at no cost in
+// round trips; the memory store compares the same numbers. With Fence 0
+// it is the timestamp of releases before Fence existed.
+func WriteTime(tx Transaction) int64 {
+	return writeBase(tx.CreatedAt) + tx.Fence<<FenceShift + tx.Version
+}
+
+// FenceOf returns the Fence of a saga row created at createdAt whose
+// write timestamp is ts (the inverse of WriteTime; 0 when ts is below the
+// row's base).
+func FenceOf(createdAt time.Time, ts int64) int64 {
+	return max(0, ts-writeBase(createdAt)) >> FenceShift
+}
+
+// writeBase is createdAt in microseconds, truncated to the millisecond (0
+// for the zero time).
+func writeBase(createdAt time.Time) int64 {
+	if createdAt.IsZero() {
+		return 0
+	}
+	return StoredTime(createdAt).UnixMilli() * 1000
 }
 
 // StoredTime returns t as every store keeps a timestamp: UTC, truncated to

@@ -27,8 +27,9 @@ func validateTxID(txID string) error {
 	return nil
 }
 
-// Validate checks tx's key (ValidateKey) and, if set, its RestorePath
-// (RecoveryPath.Validate; the error then ends in "(restore path)"). It
+// Validate checks tx's key (ValidateKey), if set its RestorePath
+// (RecoveryPath.Validate; the error then ends in "(restore path)"), then
+// its Version and Fence ranges (MaxVersion, MaxFence). It
 // shadows the promoted Scope.Validate, which checks the scope alone.
 func (tx Transaction) Validate() error {
 	if err := ValidateKey(tx.Scope, tx.TxID); err != nil {
@@ -38,6 +39,12 @@ func (tx Transaction) Validate() error {
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("%w (restore path)", err)
 		}
+	}
+	if tx.Version < 0 || tx.Version > MaxVersion {
+		return fmt.Errorf("%w: version %d outside 0..%d", ErrInvalid, tx.Version, MaxVersion)
+	}
+	if tx.Fence < 0 || tx.Fence > MaxFence {
+		return fmt.Errorf("%w: fence %d outside 0..%d", ErrInvalid, tx.Fence, MaxFence)
 	}
 	return nil
 }

@@ -87,3 +87,41 @@ func TestZombieWriteCannotUndoNewerState(t *testing.T) {
 		}
 	})
 }
+
+// A pause's deadline re-invokes the paused step away from the reply path:
+// it raises the saga's fence, so a write made from the state before it (a
+// reply applied to what an instance cached then) is discarded at any
+// version, even the saga's last (issue 35), on both stores.
+func TestPauseDeadlineRaisesFence(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.pauseCharge.Store(true)
+		r.pauseDeadline.Store(int64(10 * time.Minute))
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
+		ids := startConcurrently(t, o, 1)
+		ctx := context.Background()
+		waitState(t, o, ids[0], eventstore.StatePaused)
+		clock.advance(15 * time.Minute)
+		expectAll(t, scanUntil(t, o, clock, time.Minute, ids), eventstore.StateCompleted)
+		done, err := r.store.LoadTransaction(ctx, o.Scope(), ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		late := done
+		late.State, late.Fence, late.Error = eventstore.StateInProgress, 0, "a reply applied to the state before the deadline"
+		if err := r.store.Transition(ctx, late, &eventstore.Tryout{Index: int(late.Version), Outcome: "ok"}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.store.LoadTransaction(ctx, o.Scope(), ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != eventstore.StateCompleted || got.Error != done.Error || got.Fence != 1 {
+			t.Fatalf("after a write of version %d at the fence before the deadline: %s fence %d error %q; want COMPLETED at fence 1",
+				late.Version, got.State, got.Fence, got.Error)
+		}
+	})
+}

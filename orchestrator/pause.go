@@ -484,6 +484,7 @@ func (o *Orchestrator[T]) reinvoke(ctx context.Context, txID string, span int, k
 	tx.Error = fmt.Sprintf("pause %q: deadline passed at %s; step invoked again", tx.PauseEvent, tx.PausedUntil.Format(time.RFC3339))
 	tx.PausedUntil, tx.PauseEvent = time.Time{}, ""
 	tx.Attempt++
+	tx.Fence++ // away from the reply path: no reply's write can share its version (eventstore.Store.Transition)
 	state := eventstore.StateInProgress
 	if kind == string(topics.KindRevert) {
 		state = eventstore.StateCompensating

@@ -227,7 +227,12 @@ func (o *Orchestrator[T]) disable(ctx context.Context, txID string) (err error) 
 		reason += ": " + tx.Error
 	}
 	tx.State, tx.Error = eventstore.StateDisabled, reason
+	// Away from the reply path: raise the fence, so that the late reply of
+	// an owner that applies it to the state before the disable (at this
+	// version or a later one) cannot overwrite it
+	// (eventstore.Store.Transition).
 	tx.Version++
+	tx.Fence++
 	tx.UpdatedAt = o.cfg.now()
 	if err := o.store.Freeze(ctx, tx, reason); err != nil {
 		return fmt.Errorf("orchestrator: freeze %s: %w", txID, err)

@@ -369,6 +369,29 @@ func TestRecoveryLifetimeDisables(t *testing.T) {
 			if !strings.Contains(f.Reason, "transaction lifetime") {
 				t.Errorf("%s: reason %q", id, f.Reason)
 			}
+			// The owner's late reply, applied to the state it had before
+			// the disable, writes the disable's version: it loses, with
+			// its tryout, and the saga stays DISABLED (issue 35).
+			d, err := r.store.LoadTransaction(ctx, o.Scope(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			late := d
+			late.State, late.Fence, late.Error = eventstore.StateInProgress, 0, ""
+			if err := r.store.Transition(ctx, late, &eventstore.Tryout{Index: int(late.Version), Outcome: "ok"}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := r.store.LoadTransaction(ctx, o.Scope(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := r.store.Tryouts(ctx, o.Scope(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != eventstore.StateDisabled || got.Error != d.Error || slices.ContainsFunc(h, func(tr eventstore.Tryout) bool { return tr.Index == int(d.Version) }) {
+				t.Errorf("%s after a late reply of the disable's version (fence %d): %s %q, tryouts %+v", id, d.Fence, got.State, got.Error, h)
+			}
 		}
 		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Disabled >= int64(len(ids)) })
 		if st := o.Stats(); st.Disabled != int64(len(ids)) {

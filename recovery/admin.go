@@ -552,7 +552,8 @@ type RestoreResult struct {
 //     (kind kept: a compensation stays a compensation), its Error is kept
 //     with a note, and it gets a new restore watchdog (stored as its
 //     RestorePath; the old one, if any, is deleted), all in one
-//     tryout-less Transition with Version+1; then it leaves the frozen
+//     tryout-less Transition with Version+1 and Fence+1 (no write made
+//     from the state before it can overwrite it); then it leaves the frozen
 //     table and a retry is registered for the next window (delay 1), so the
 //     next retry-node pass after that window re-drives it: the step is sent
 //     again with attempt+1.
@@ -612,7 +613,12 @@ func Restore(ctx context.Context, s eventstore.Store, w *Writer, scope eventstor
 		tx.State = eventstore.StateRetryPending
 		tx.LifetimeStart = now
 		tx.RestorePath = &wd
+		// Away from the reply path: raise the fence, so that no write of
+		// a reply applied to the state before the restore (the late
+		// reply of a lost owner, at this version or a later one) can
+		// overwrite it (eventstore.Store.Transition).
 		tx.Version++
+		tx.Fence++
 		tx.UpdatedAt = now
 		if err := s.Transition(ctx, tx, nil); err != nil {
 			return res, fmt.Errorf("recovery: restore %s: transition to %s: %w", txID, tx.State, err)
@@ -637,7 +643,7 @@ func Restore(ctx context.Context, s eventstore.Store, w *Writer, scope eventstor
 		}
 	}
 	if frozen {
-		if err := s.Unfreeze(ctx, scope, txID); err != nil {
+		if err := s.Unfreeze(ctx, tx); err != nil {
 			return res, fmt.Errorf("recovery: restore %s: unfreeze (the saga is %s; restore it again): %w", txID, tx.State, err)
 		}
 		res.Unfrozen = true

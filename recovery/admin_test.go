@@ -385,6 +385,14 @@ func testRestoreDisabled(t *testing.T, e *env) {
 		t.Fatal("the seeded saga should have outlived its lifetime")
 	}
 	res := e.restoreOK(w, "tx-1")
+	// A write of the restore's version made from the state before it (the
+	// owner's late reply, applied to what it cached) loses to the restore,
+	// with its tryout, whatever its content (issue 35).
+	late := tx
+	late.State, late.Version, late.Span, late.UpdatedAt = eventstore.StateCompleted, tx.Version+1, 9, now.Add(time.Minute)
+	if err := e.store.Transition(t.Context(), late, &eventstore.Tryout{Index: int(late.Version), Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
 
 	if res.From != eventstore.StateDisabled || res.To != eventstore.StateRetryPending || !res.Transitioned || !res.Unfrozen ||
 		res.Version != tx.Version+1 || !res.LifetimeStart.Equal(eventstore.StoredTime(now)) || res.Watchdog == nil || len(res.Warnings) != 0 {
@@ -394,8 +402,8 @@ func testRestoreDisabled(t *testing.T, e *env) {
 		t.Errorf("step in result: span %d kind %s endpoint %s attempt %d", res.Span, res.Kind, res.Endpoint, res.Attempt)
 	}
 	got := e.load("tx-1")
-	if got.State != eventstore.StateRetryPending || got.Version != tx.Version+1 || got.Kind != "process" || got.Attempt != 2 || got.Span != 1 {
-		t.Errorf("saga after restore: %+v", got)
+	if got.State != eventstore.StateRetryPending || got.Version != tx.Version+1 || got.Fence != tx.Fence+1 || got.Kind != "process" || got.Attempt != 2 || got.Span != 1 {
+		t.Errorf("saga after restore and a late write of its version: %+v", got)
 	}
 	if !got.LifetimeStart.Equal(eventstore.StoredTime(now)) || e.cfg.Expired(got.LifetimeFrom(), now.Add(time.Hour)) {
 		t.Errorf("lifetime not extended: LifetimeStart %v", got.LifetimeStart)

@@ -30,13 +30,16 @@ const (
 	cqlInsertTxIfNotExists = `INSERT INTO {ks}.es_transaction (region, cluster, service_name, transaction_id, domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, lifetime_start, pause_event, trace_id, trace_parent, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS`
 	cqlUpsertTx            = `INSERT INTO {ks}.es_transaction (region, cluster, service_name, transaction_id, domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, lifetime_start, pause_event, trace_id, trace_parent, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
 	cqlSelectTxState       = `SELECT running_status FROM {ks}.es_transaction WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
+	cqlSelectTxFenced      = `SELECT domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, lifetime_start, pause_event, trace_id, trace_parent, created_at, updated_at, WRITETIME(version) FROM {ks}.es_transaction WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
 	cqlSelectTx            = `SELECT domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, lifetime_start, pause_event, trace_id, trace_parent, created_at, updated_at FROM {ks}.es_transaction WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
 
 	cqlInsertTryout  = `INSERT INTO {ks}.es_transaction_tryout (region, cluster, service_name, transaction_id, tryout_index, span, kind, endpoint, attempt, outcome, error, entity_before, entity_after, resume_context, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
+	cqlDeleteTryout  = `DELETE FROM {ks}.es_transaction_tryout USING TIMESTAMP ? WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? AND tryout_index = ?`
+	cqlDeleteTryouts = `DELETE FROM {ks}.es_transaction_tryout USING TIMESTAMP ? WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? AND tryout_index >= ?`
 	cqlSelectTryouts = `SELECT tryout_index, span, kind, endpoint, attempt, outcome, error, entity_before, entity_after, resume_context, started_at, finished_at FROM {ks}.es_transaction_tryout WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
 
-	cqlInsertFrozen      = `INSERT INTO {ks}.es_frozen_transaction (region, cluster, service_name, transaction_id, domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, lifetime_start, pause_event, trace_id, trace_parent, created_at, updated_at, reason, frozen_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	cqlDeleteFrozen      = `DELETE FROM {ks}.es_frozen_transaction WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
+	cqlInsertFrozen      = `INSERT INTO {ks}.es_frozen_transaction (region, cluster, service_name, transaction_id, domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, lifetime_start, pause_event, trace_id, trace_parent, created_at, updated_at, reason, frozen_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
+	cqlDeleteFrozen      = `DELETE FROM {ks}.es_frozen_transaction USING TIMESTAMP ? WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
 	cqlSelectFrozenOne   = `SELECT transaction_id, domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, lifetime_start, pause_event, trace_id, trace_parent, created_at, updated_at, reason, frozen_at FROM {ks}.es_frozen_transaction WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
 	cqlSelectFrozenAfter = `SELECT transaction_id, domain, running_status, version, span, kind, endpoint, attempt, payload, completed, hints, error, restore_date, restore_window, restore_instance_id, restore_bucket, paused_until, lifetime_start, pause_event, trace_id, trace_parent, created_at, updated_at, reason, frozen_at FROM {ks}.es_frozen_transaction WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id > ? LIMIT ?`
 
@@ -71,7 +74,8 @@ const (
 // statements holds the store's statements with the keyspace filled in.
 type statements struct {
 	insertTxIfNotExists, upsertTx, selectTx, selectTxState          string
-	insertTryout, selectTryouts                                     string
+	selectTxFenced                                                  string
+	insertTryout, selectTryouts, deleteTryout, deleteTryouts        string
 	insertFrozen, deleteFrozen, selectFrozenOne, selectFrozenAfter  string
 	insertMarkerIfNotExists, putMarker, selectMarker, selectMarkers string
 	deleteMarker, deleteMarkers, commitMarker, deleteMarkerIf       string
@@ -86,7 +90,8 @@ func newStatements(keyspace string) statements {
 	r := func(s string) string { return strings.ReplaceAll(s, keyspacePlaceholder, keyspace) }
 	return statements{
 		insertTxIfNotExists: r(cqlInsertTxIfNotExists), upsertTx: r(cqlUpsertTx), selectTx: r(cqlSelectTx), selectTxState: r(cqlSelectTxState),
-		insertTryout: r(cqlInsertTryout), selectTryouts: r(cqlSelectTryouts),
+		selectTxFenced: r(cqlSelectTxFenced),
+		insertTryout:   r(cqlInsertTryout), selectTryouts: r(cqlSelectTryouts), deleteTryout: r(cqlDeleteTryout), deleteTryouts: r(cqlDeleteTryouts),
 		insertFrozen: r(cqlInsertFrozen), deleteFrozen: r(cqlDeleteFrozen), selectFrozenOne: r(cqlSelectFrozenOne), selectFrozenAfter: r(cqlSelectFrozenAfter),
 		insertMarkerIfNotExists: r(cqlInsertMarkerIfNotExists), putMarker: r(cqlPutMarker), selectMarker: r(cqlSelectMarker), selectMarkers: r(cqlSelectMarkers),
 		deleteMarker: r(cqlDeleteMarker), deleteMarkers: r(cqlDeleteMarkers), commitMarker: r(cqlCommitMarker), deleteMarkerIf: r(cqlDeleteMarkerIf),

@@ -402,28 +402,28 @@ func tryoutValues(scope eventstore.Scope, txID string, t eventstore.Tryout) []an
 // --- transactions ---------------------------------------------------------
 
 // CreateTransaction writes a new saga row and its first tryout, if any, in
-// one statement, at the row's version timestamp and without a lightweight
-// transaction: it does not detect a taken id (a second create of the same
-// id behaves as a Transition of that version; ids are unique by
-// construction).
+// one statement, at the row's write timestamp (eventstore.WriteTime) and
+// without a lightweight transaction: it does not detect a taken id (a
+// second create of the same id behaves as a Transition of that version;
+// ids are unique by construction).
 func (s *Store) CreateTransaction(ctx context.Context, tx eventstore.Transaction, first *eventstore.Tryout) error {
 	if err := s.check(ctx, tx.Validate(), first.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
 	// No lightweight transaction: transaction ids are unique by
 	// construction (orchestrator.NewTxID), and the row is written at its
-	// version's timestamp like every transition (see writeTimestamp).
-	return s.writeTx(ctx, "create transaction", tx, first)
+	// write timestamp like every transition (see addTx).
+	return s.writeTx(ctx, "create transaction", tx, first, false)
 }
 
-// writeTx writes the saga row of tx and, if not nil, a tryout: one
+// writeTx writes the saga row of tx and what addTx adds with it: one
 // statement, or one same-partition batch.
-func (s *Store) writeTx(ctx context.Context, op string, tx eventstore.Transaction, tryout *eventstore.Tryout) error {
-	if tryout == nil {
-		return s.exec(ctx, op, s.st.upsertTx, append(txValues(tx), writeTimestamp(tx))...)
+func (s *Store) writeTx(ctx context.Context, op string, tx eventstore.Transaction, tryout *eventstore.Tryout, transition bool) error {
+	if tryout == nil && !transition && tx.Fence == 0 {
+		return s.exec(ctx, op, s.st.upsertTx, append(txValues(tx), eventstore.WriteTime(tx))...)
 	}
 	b := s.batch(gocql.UnloggedBatch)
-	s.addTx(b, tx, tryout)
+	s.addTx(b, tx, tryout, transition)
 	if err := b.ExecContext(ctx); err != nil {
 		return s.fail(op, err)
 	}
@@ -449,7 +449,7 @@ func (s *Store) CreateTransactionWatched(ctx context.Context, tx eventstore.Tran
 		return err
 	}
 	b := s.batch(gocql.UnloggedBatch)
-	s.addTx(b, tx, first)
+	s.addTx(b, tx, first, false)
 	addIdempotent(b, s.st.upsertEntry, s.entryValues(tx.Scope, watchdog)...)
 	if err := b.ExecContext(ctx); err != nil {
 		return s.fail("create watched transaction", err)
@@ -457,27 +457,30 @@ func (s *Store) CreateTransactionWatched(ctx context.Context, tx eventstore.Tran
 	return nil
 }
 
-// addTx adds the saga row of tx and, if not nil, a tryout to b, at tx's
-// write timestamp.
-func (s *Store) addTx(b *gocql.Batch, tx eventstore.Transaction, first *eventstore.Tryout) {
-	ts := writeTimestamp(tx)
+// addTx adds to b, all at tx's write timestamp (eventstore.WriteTime), the
+// saga row of tx and its tryout: if not nil, the tryout; else, for a
+// transition, a delete of the tryout at Index tx.Version (the slot of its
+// version: a late same-version write's tryout there is shadowed, deletes
+// winning ties). With Fence > 0 it adds a range delete of the tryouts at
+// Index tx.Version and above written with a lower Fence (a timestamp just
+// below the Fence's first). Every order of Store.Transition is Cassandra's
+// own order of write timestamps, so the fence costs no round trip and no
+// read: a write of an older Fence or version that arrives late (a zombie
+// orchestrator evicted mid-batch, a late reply racing a disable on another
+// node) is shadowed cell by cell, and its tryout by these deletes.
+func (s *Store) addTx(b *gocql.Batch, tx eventstore.Transaction, tryout *eventstore.Tryout, transition bool) {
+	ts := eventstore.WriteTime(tx)
 	addIdempotent(b, s.st.upsertTx, append(txValues(tx), ts)...)
-	if first != nil {
-		addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *first), ts)...)
+	switch {
+	case tryout != nil:
+		addIdempotent(b, s.st.insertTryout, append(tryoutValues(tx.Scope, tx.TxID, *tryout), ts)...)
+	case transition:
+		addIdempotent(b, s.st.deleteTryout, ts, tx.Region, tx.Cluster, tx.Service, tx.TxID, int(tx.Version))
 	}
-}
-
-// writeTimestamp is the write time (microseconds) of every write of tx's
-// row and tryouts: its creation time plus its version. A write of an older
-// version therefore never overwrites a newer one, whatever the order in
-// which they reach Cassandra (a zombie orchestrator evicted mid-batch, a
-// re-drive racing a reply on another node): the fence costs no round trip.
-func writeTimestamp(tx eventstore.Transaction) int64 {
-	var base int64
-	if !tx.CreatedAt.IsZero() {
-		base = eventstore.StoredTime(tx.CreatedAt).UnixMilli() * 1000
+	if tx.Fence > 0 {
+		floor := eventstore.WriteTime(eventstore.Transaction{CreatedAt: tx.CreatedAt, Fence: tx.Fence}) - 1
+		addIdempotent(b, s.st.deleteTryouts, floor, tx.Region, tx.Cluster, tx.Service, tx.TxID, int(tx.Version))
 	}
-	return base + tx.Version
 }
 
 // LoadTransaction reads a saga row.
@@ -486,14 +489,19 @@ func (s *Store) LoadTransaction(ctx context.Context, scope eventstore.Scope, txI
 		return eventstore.Transaction{}, err
 	}
 	var x txScan
-	err := s.read(s.st.selectTx, scope.Region, scope.Cluster, scope.Service, txID).ScanContext(ctx, x.dest()...)
+	var written int64
+	err := s.read(s.st.selectTxFenced, scope.Region, scope.Cluster, scope.Service, txID).ScanContext(ctx, append(x.dest(), &written)...)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return eventstore.Transaction{}, fmt.Errorf("cassandra: transaction %q: %w", txID, eventstore.ErrNotFound)
 	}
 	if err != nil {
 		return eventstore.Transaction{}, s.fail("load transaction", err)
 	}
-	return x.result(scope, txID), nil
+	tx := x.result(scope, txID)
+	// The Fence is not a column: it is the part of the row's write
+	// timestamp above its creation time and version (eventstore.WriteTime).
+	tx.Fence = eventstore.FenceOf(tx.CreatedAt, written)
+	return tx, nil
 }
 
 // TransactionState reads a saga's state alone (eventstore.StateReader):
@@ -513,15 +521,16 @@ func (s *Store) TransactionState(ctx context.Context, scope eventstore.Scope, tx
 	return eventstore.State(state), nil
 }
 
-// Transition overwrites the saga row and, with a tryout, writes both in one
-// unlogged batch. Both statements have the same partition key in the same
-// keyspace, so Cassandra applies them as one mutation (atomic and isolated
-// on each replica) in one round trip, without the batch log.
+// Transition overwrites the saga row and writes its tryout, or deletes the
+// tryout of its version, in one unlogged batch (see addTx). The statements
+// have the same partition key in the same keyspace, so Cassandra applies
+// them as one mutation (atomic and isolated on each replica) in one round
+// trip, without the batch log.
 func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryout *eventstore.Tryout) error {
 	if err := s.check(ctx, tx.Validate(), tryout.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
-	return s.writeTx(ctx, "transition", tx, tryout)
+	return s.writeTx(ctx, "transition", tx, tryout, true)
 }
 
 // Tryouts returns a saga's step history ordered by Index.
@@ -547,21 +556,33 @@ func (s *Store) Tryouts(ctx context.Context, scope eventstore.Scope, txID string
 
 // --- frozen ---------------------------------------------------------------
 
-// Freeze copies tx into es_frozen_transaction (overwriting an earlier copy).
+// frozenEpoch is added to the write timestamps of es_frozen_transaction:
+// releases before the fence froze sagas at the server's time, which is
+// later than any saga's write timestamp (its creation time plus little);
+// from this far-future base (2^56 microseconds, about the year 4253) every
+// Freeze and Unfreeze is later than those copies, whatever their order
+// among themselves.
+const frozenEpoch = 1 << 56
+
+// Freeze copies tx into es_frozen_transaction at tx's write timestamp
+// (eventstore.WriteTime, plus frozenEpoch), so that Cassandra orders it
+// with Unfreeze as the saga's writes are ordered.
 func (s *Store) Freeze(ctx context.Context, tx eventstore.Transaction, reason string) error {
 	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
-	vals := append(txValues(tx), reason, eventstore.StoredTime(s.now()))
+	vals := append(txValues(tx), reason, eventstore.StoredTime(s.now()), frozenEpoch+eventstore.WriteTime(tx))
 	return s.exec(ctx, "freeze", s.st.insertFrozen, vals...)
 }
 
-// Unfreeze removes a saga from es_frozen_transaction.
-func (s *Store) Unfreeze(ctx context.Context, scope eventstore.Scope, txID string) error {
-	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
+// Unfreeze deletes the frozen copy of tx's saga at tx's write timestamp
+// (plus frozenEpoch): a copy frozen at an earlier one is shadowed, also
+// one that arrives later, and so is a copy an older release froze.
+func (s *Store) Unfreeze(ctx context.Context, tx eventstore.Transaction) error {
+	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
-	return s.exec(ctx, "unfreeze", s.st.deleteFrozen, scope.Region, scope.Cluster, scope.Service, txID)
+	return s.exec(ctx, "unfreeze", s.st.deleteFrozen, frozenEpoch+eventstore.WriteTime(tx), tx.Region, tx.Cluster, tx.Service, tx.TxID)
 }
 
 // ListFrozen lists frozen sagas ordered by TxID, at most limit (<= 0: all).

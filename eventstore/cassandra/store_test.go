@@ -89,8 +89,16 @@ func TestStatementCounts(t *testing.T) {
 			return s.Transition(ctx, tx, &eventstore.Tryout{Index: 1, Outcome: "ok"})
 		}, cassandra.Stats{Batches: 1, Tables: map[string]cassandra.TableStats{
 			cassandra.TableTransaction: {Writes: 1, Batched: 1}, cassandra.TableTransactionTryout: {Writes: 1, Batched: 1}}}},
+		// The delete of its version's tryout rides in the same batch.
 		{"Transition without tryout", func() error { return s.Transition(ctx, tx, nil) },
-			cassandra.Stats{Writes: 1, Tables: map[string]cassandra.TableStats{cassandra.TableTransaction: {Writes: 1}}}},
+			cassandra.Stats{Batches: 1, Tables: map[string]cassandra.TableStats{
+				cassandra.TableTransaction: {Writes: 1, Batched: 1}, cassandra.TableTransactionTryout: {Writes: 1, Batched: 1}}}},
+		// A raised Fence adds the range delete of the tryouts it fenced.
+		{"Transition with a Fence", func() error {
+			tx.Version, tx.Fence = 3, 1
+			return s.Transition(ctx, tx, &eventstore.Tryout{Index: 3, Outcome: "ok"})
+		}, cassandra.Stats{Batches: 1, Tables: map[string]cassandra.TableStats{
+			cassandra.TableTransaction: {Writes: 1, Batched: 1}, cassandra.TableTransactionTryout: {Writes: 2, Batched: 2}}}},
 		{"LoadTransaction", func() error { _, err := s.LoadTransaction(ctx, scope, tx.TxID); return err },
 			cassandra.Stats{Reads: 1, Tables: map[string]cassandra.TableStats{cassandra.TableTransaction: {Reads: 1}}}},
 		{"TransactionState", func() error { _, err := s.TransactionState(ctx, scope, tx.TxID); return err },
@@ -185,4 +193,47 @@ func dropKeyspace(cfg cassandra.Config) error {
 	}
 	defer session.Close()
 	return session.Query("DROP KEYSPACE IF EXISTS " + cfg.Keyspace).Exec()
+}
+
+// A frozen copy written by a release before the fence (at the server's
+// time, later than any saga write timestamp) is still removed by Unfreeze,
+// and a later Freeze is not shadowed by that delete.
+func TestUnfreezeRemovesCopyAtServerTime(t *testing.T) {
+	cfg := testConfig(t)
+	s := newStore(t, cfg)
+	ctx := t.Context()
+	scope := storetest.UniqueScope(t)
+	created := time.Now().Add(-25 * time.Hour).UTC()
+	tx := eventstore.Transaction{Scope: scope, TxID: "tx-legacy", Domain: "d", State: eventstore.StateDisabled, Version: 5, CreatedAt: created}
+	cl := gocql.NewCluster(cfg.ContactPoints...)
+	cl.Keyspace, cl.Timeout = cfg.Keyspace, time.Minute
+	session, err := cl.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer session.Close()
+	// What the old Freeze wrote: no USING TIMESTAMP.
+	if err := session.Query(`INSERT INTO es_frozen_transaction (region, cluster, service_name, transaction_id, version, running_status, created_at, reason, frozen_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		scope.Region, scope.Cluster, scope.Service, tx.TxID, tx.Version, string(tx.State), created, "old release", time.Now()).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetFrozen(ctx, scope, tx.TxID); err != nil {
+		t.Fatalf("GetFrozen of the old copy: %v", err)
+	}
+	restore := tx
+	restore.State, restore.Version, restore.Fence = eventstore.StateRetryPending, tx.Version+1, tx.Fence+1
+	if err := s.Unfreeze(ctx, restore); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetFrozen(ctx, scope, tx.TxID); !errors.Is(err, eventstore.ErrNotFound) {
+		t.Fatalf("GetFrozen after Unfreeze of an old release's copy: %v, want ErrNotFound", err)
+	}
+	again := restore
+	again.State, again.Version, again.Fence = eventstore.StateDisabled, restore.Version+1, restore.Fence+1
+	if err := s.Freeze(ctx, again, "disabled again"); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := s.GetFrozen(ctx, scope, tx.TxID); err != nil || f.Reason != "disabled again" {
+		t.Fatalf("GetFrozen after a later Freeze: %+v, %v; want the new copy", f, err)
+	}
 }

@@ -6,6 +6,12 @@
 // at t truncated to whole seconds plus the TTL, up to a second earlier than
 // t plus the TTL.
 //
+// A saga's writes are ordered as the Cassandra store's write timestamps
+// order them (eventstore.WriteTime): the later write wins, cell by cell,
+// with the tryout and frozen-copy deletes Cassandra would keep, and two
+// writes of one timestamp merge column by column as Cassandra merges them
+// (merge.go).
+//
 // State is sharded by transaction id so that concurrent sagas do not
 // contend; every value is copied on the way in and out.
 package memory
@@ -53,7 +59,7 @@ type Store struct {
 	shards [shardCount]shard
 
 	frozenMu sync.RWMutex
-	frozen   map[eventstore.Scope]map[string]eventstore.FrozenTransaction
+	frozen   map[eventstore.Scope]map[string]frozenRec
 
 	dir directory
 }
@@ -69,7 +75,7 @@ func New(opts ...Option) *Store {
 	s := &Store{
 		now:    time.Now,
 		seed:   maphash.MakeSeed(),
-		frozen: make(map[eventstore.Scope]map[string]eventstore.FrozenTransaction),
+		frozen: make(map[eventstore.Scope]map[string]frozenRec),
 	}
 	for _, o := range opts {
 		o.apply(s)
@@ -94,9 +100,37 @@ type txKey struct {
 	txID  string
 }
 
+// txRec is a saga row with its tryouts, each with its write time
+// (eventstore.WriteTime), and the range deletes of raised fences: what
+// Cassandra keeps of the same writes, so that the order of Transition is
+// applied the same way (see write).
 type txRec struct {
 	tx      eventstore.Transaction
-	tryouts []eventstore.Tryout // ordered by Index
+	ts      int64
+	tryouts []tryoutRec // ordered by Index
+	fences  []rangeDelete
+}
+
+// tryoutRec is a tryout slot: the tryout, or its delete (deleted), written
+// at ts.
+type tryoutRec struct {
+	t       eventstore.Tryout
+	ts      int64
+	deleted bool
+}
+
+// rangeDelete removes the tryouts at Index from and above written at or
+// before ts.
+type rangeDelete struct {
+	from int
+	ts   int64
+}
+
+// frozenRec is a frozen copy, or its delete (deleted), written at ts.
+type frozenRec struct {
+	f       eventstore.FrozenTransaction
+	ts      int64
+	deleted bool
 }
 
 type markerCK struct {
@@ -160,9 +194,11 @@ func (s *Store) CreateTransactionWatched(ctx context.Context, tx eventstore.Tran
 func (s *Store) create(tx eventstore.Transaction, first *eventstore.Tryout, watchdog *eventstore.RecoveryEntry) error {
 	k := txKey{tx.Scope, tx.TxID}
 	sh := s.shard(tx.TxID)
-	rec := &txRec{tx: cloneTx(tx)}
+	c := cloneTx(tx)
+	var tr *eventstore.Tryout
 	if first != nil {
-		rec.tryouts = []eventstore.Tryout{tryoutOf(tx.TxID, *first)}
+		t := tryoutOf(tx.TxID, *first)
+		tr = &t
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -172,7 +208,9 @@ func (s *Store) create(tx eventstore.Transaction, first *eventstore.Tryout, watc
 	if watchdog != nil {
 		s.dir.putEntry(tx.Scope, *watchdog)
 	}
+	rec := &txRec{}
 	sh.txs[k] = rec
+	rec.write(c, tr, false, true)
 	return nil
 }
 
@@ -206,15 +244,16 @@ func (s *Store) TransactionState(ctx context.Context, scope eventstore.Scope, tx
 	return rec.tx.State, nil
 }
 
-// Transition overwrites the saga row and writes tryout, if non-nil,
-// atomically.
+// Transition writes the saga row and its tryout, if non-nil, atomically,
+// ordered as Cassandra orders them (see txRec.write).
 func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryout *eventstore.Tryout) error {
 	if err := s.check(ctx, tx.Validate(), tryout.ValidateFor(tx.TxID)); err != nil {
 		return err
 	}
-	var tr eventstore.Tryout
+	var tr *eventstore.Tryout
 	if tryout != nil {
-		tr = tryoutOf(tx.TxID, *tryout)
+		t := tryoutOf(tx.TxID, *tryout)
+		tr = &t
 	}
 	c := cloneTx(tx)
 	k := txKey{tx.Scope, tx.TxID}
@@ -226,16 +265,65 @@ func (s *Store) Transition(ctx context.Context, tx eventstore.Transaction, tryou
 		rec = &txRec{}
 		sh.txs[k] = rec
 	}
-	if ok && rec.tx.Version > tx.Version {
-		// Fenced: an older version never overwrites a newer one (as
-		// Cassandra's write timestamps make it).
-		return nil
-	}
-	rec.tx = c
-	if tryout != nil {
-		rec.tryouts = putTryout(rec.tryouts, tr)
-	}
+	rec.write(c, tr, true, !ok)
 	return nil
+}
+
+// write applies one write of tx (and tr, or for a transition without one
+// the delete of the tryout at Index tx.Version) to rec as Cassandra
+// applies the Cassandra store's statements, all at the write time
+// eventstore.WriteTime(tx): the later write wins, cell by cell; of two
+// cells of one write time a delete wins, else the greater stored value
+// (mergeTx, mergeTryout); a Fence above 0 adds a range delete of the
+// tryouts at Index tx.Version and above written with a lower Fence. rec is
+// new when created is set.
+func (rec *txRec) write(tx eventstore.Transaction, tr *eventstore.Tryout, transition, created bool) {
+	ts := eventstore.WriteTime(tx)
+	switch {
+	case created || ts > rec.ts:
+		rec.tx, rec.ts = tx, ts
+	case ts == rec.ts:
+		rec.tx = mergeTx(rec.tx, tx)
+	}
+	if tx.Fence > 0 {
+		d := rangeDelete{from: int(tx.Version), ts: eventstore.WriteTime(eventstore.Transaction{CreatedAt: tx.CreatedAt, Fence: tx.Fence}) - 1}
+		if !slices.ContainsFunc(rec.fences, func(o rangeDelete) bool { return o.from <= d.from && o.ts >= d.ts }) {
+			rec.fences = append(rec.fences, d) // not one an earlier delete covers
+		}
+		rec.tryouts = slices.DeleteFunc(rec.tryouts, func(r tryoutRec) bool { return r.t.Index >= d.from && r.ts <= d.ts })
+	}
+	switch {
+	case tr != nil:
+		rec.putTryout(tryoutRec{t: *tr, ts: ts})
+	case transition:
+		rec.putTryout(tryoutRec{t: eventstore.Tryout{TxID: tx.TxID, Index: int(tx.Version)}, ts: ts, deleted: true})
+	}
+}
+
+// putTryout writes r into its slot unless a range delete or a later write
+// of the slot shadows it.
+func (rec *txRec) putTryout(r tryoutRec) {
+	for _, d := range rec.fences {
+		if r.t.Index >= d.from && r.ts <= d.ts {
+			return
+		}
+	}
+	list := rec.tryouts
+	i, found := slices.BinarySearchFunc(list, r.t.Index, func(e tryoutRec, idx int) int { return cmp.Compare(e.t.Index, idx) })
+	if !found {
+		rec.tryouts = slices.Insert(list, i, r)
+		return
+	}
+	old := list[i]
+	switch {
+	case r.ts > old.ts:
+		list[i] = r
+	case r.ts < old.ts, old.deleted:
+	case r.deleted:
+		list[i] = r
+	default:
+		list[i].t = mergeTryout(old.t, r.t)
+	}
 }
 
 // tryoutOf returns a copy of t stored under txID (eventstore.Store: a
@@ -244,19 +332,6 @@ func tryoutOf(txID string, t eventstore.Tryout) eventstore.Tryout {
 	t = cloneTryout(t)
 	t.TxID = txID
 	return t
-}
-
-func putTryout(list []eventstore.Tryout, t eventstore.Tryout) []eventstore.Tryout {
-	n := len(list)
-	if n == 0 || list[n-1].Index < t.Index {
-		return append(list, t)
-	}
-	i, found := slices.BinarySearchFunc(list, t.Index, func(e eventstore.Tryout, idx int) int { return cmp.Compare(e.Index, idx) })
-	if found {
-		list[i] = t
-		return list
-	}
-	return slices.Insert(list, i, t)
 }
 
 // Tryouts returns a saga's step history ordered by Index (empty if none).
@@ -268,45 +343,67 @@ func (s *Store) Tryouts(ctx context.Context, scope eventstore.Scope, txID string
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
 	rec, ok := sh.txs[txKey{scope, txID}]
-	if !ok || len(rec.tryouts) == 0 {
+	if !ok {
 		return nil, nil
 	}
-	out := make([]eventstore.Tryout, len(rec.tryouts))
-	for i, t := range rec.tryouts {
-		out[i] = cloneTryout(t)
+	var out []eventstore.Tryout
+	for _, r := range rec.tryouts {
+		if !r.deleted {
+			out = append(out, cloneTryout(r.t))
+		}
 	}
 	return out, nil
 }
 
-// Freeze copies tx into the frozen table (overwriting an earlier copy).
+// Freeze copies tx into the frozen table at tx's write time, ordered with
+// Unfreeze as the Cassandra store orders them (eventstore.Store.Freeze).
 func (s *Store) Freeze(ctx context.Context, tx eventstore.Transaction, reason string) error {
 	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
-	f := eventstore.FrozenTransaction{Transaction: cloneTx(tx), Reason: reason, FrozenAt: eventstore.StoredTime(s.now())}
+	ts := eventstore.WriteTime(tx)
+	c := cloneTx(tx)
+	c.Fence = 0 // not kept with a frozen copy
+	f := eventstore.FrozenTransaction{Transaction: c, Reason: reason, FrozenAt: eventstore.StoredTime(s.now())}
 	s.frozenMu.Lock()
 	defer s.frozenMu.Unlock()
 	m := s.frozen[tx.Scope]
 	if m == nil {
-		m = make(map[string]eventstore.FrozenTransaction)
+		m = make(map[string]frozenRec)
 		s.frozen[tx.Scope] = m
 	}
-	m[tx.TxID] = f
+	old, ok := m[tx.TxID]
+	switch {
+	case !ok || ts > old.ts:
+		m[tx.TxID] = frozenRec{f: f, ts: ts}
+	case ts < old.ts || old.deleted:
+		// An earlier copy, or one an Unfreeze of its write time or later
+		// removed: shadowed.
+	default: // the same write time: Cassandra merges the cells
+		f.Transaction = mergeTx(old.f.Transaction, f.Transaction)
+		f.Reason, f.FrozenAt = max(old.f.Reason, f.Reason), maxTime(old.f.FrozenAt, f.FrozenAt)
+		m[tx.TxID] = frozenRec{f: f, ts: ts}
+	}
 	return nil
 }
 
-// Unfreeze removes a saga from the frozen table (a no-op if absent).
-func (s *Store) Unfreeze(ctx context.Context, scope eventstore.Scope, txID string) error {
-	if err := s.check(ctx, eventstore.ValidateKey(scope, txID)); err != nil {
+// Unfreeze removes the frozen copy of tx's saga written at or before tx's
+// write time, now or when it arrives (it keeps the delete, as Cassandra
+// keeps a tombstone).
+func (s *Store) Unfreeze(ctx context.Context, tx eventstore.Transaction) error {
+	if err := s.check(ctx, tx.Validate()); err != nil {
 		return err
 	}
+	ts := eventstore.WriteTime(tx)
 	s.frozenMu.Lock()
 	defer s.frozenMu.Unlock()
-	if m := s.frozen[scope]; m != nil {
-		delete(m, txID)
-		if len(m) == 0 {
-			delete(s.frozen, scope)
-		}
+	m := s.frozen[tx.Scope]
+	if m == nil {
+		m = make(map[string]frozenRec)
+		s.frozen[tx.Scope] = m
+	}
+	if old, ok := m[tx.TxID]; !ok || old.ts <= ts {
+		m[tx.TxID] = frozenRec{ts: ts, deleted: true}
 	}
 	return nil
 }
@@ -326,8 +423,8 @@ func (s *Store) ListFrozenAfter(ctx context.Context, scope eventstore.Scope, aft
 	defer s.frozenMu.RUnlock()
 	m := s.frozen[scope]
 	ids := make([]string, 0, len(m))
-	for id := range m {
-		if id > afterTxID {
+	for id, r := range m {
+		if id > afterTxID && !r.deleted {
 			ids = append(ids, id)
 		}
 	}
@@ -340,7 +437,7 @@ func (s *Store) ListFrozenAfter(ctx context.Context, scope eventstore.Scope, aft
 	}
 	out := make([]eventstore.FrozenTransaction, len(ids))
 	for i, id := range ids {
-		f := m[id]
+		f := m[id].f
 		f.Transaction = cloneTx(f.Transaction)
 		out[i] = f
 	}
@@ -354,8 +451,9 @@ func (s *Store) GetFrozen(ctx context.Context, scope eventstore.Scope, txID stri
 	}
 	s.frozenMu.RLock()
 	defer s.frozenMu.RUnlock()
-	f, ok := s.frozen[scope][txID]
-	if !ok {
+	r, ok := s.frozen[scope][txID]
+	f := r.f
+	if !ok || r.deleted {
 		return eventstore.FrozenTransaction{}, fmt.Errorf("memory: frozen transaction %q: %w", txID, eventstore.ErrNotFound)
 	}
 	f.Transaction = cloneTx(f.Transaction)

@@ -605,8 +605,8 @@ func testFrozen(t *testing.T, e *env) {
 	must(t, err, "GetFrozen")
 	checkTx(t, "GetFrozen", f.Transaction, fullTx(e.scope, "tx-b"))
 
-	must(t, e.store.Unfreeze(ctx, e.scope, "tx-b"), "Unfreeze")
-	must(t, e.store.Unfreeze(ctx, e.scope, "tx-b"), "Unfreeze twice")
+	must(t, e.store.Unfreeze(ctx, fullTx(e.scope, "tx-b")), "Unfreeze")
+	must(t, e.store.Unfreeze(ctx, fullTx(e.scope, "tx-b")), "Unfreeze twice")
 	_, err = e.store.GetFrozen(ctx, e.scope, "tx-b")
 	mustIs(t, err, eventstore.ErrNotFound, "GetFrozen after Unfreeze")
 	list, err = e.store.ListFrozen(ctx, e.scope, 0)
@@ -651,21 +651,183 @@ func testClose(t *testing.T, e *env) {
 	mustIs(t, err, eventstore.ErrClosed, "InsertMarker after Close")
 }
 
-// testTransitionFenced: a write of an older version, arriving after a newer
-// one (a zombie writer), is discarded; the newer state survives, with its
-// tryouts.
+// tryoutAt returns a tryout of tx's saga at Index tx.Version (the slot of
+// that version, as the orchestrator writes them) with outcome outcome.
+func tryoutAt(tx eventstore.Transaction, outcome string) *eventstore.Tryout {
+	tr := fullTryout(tx.TxID, int(tx.Version))
+	tr.Outcome = outcome
+	return &tr
+}
+
+// checkHistory checks tx's saga row and its tryouts.
+func checkHistory(t *testing.T, e *env, what string, txID string, want eventstore.Transaction, tries ...*eventstore.Tryout) {
+	t.Helper()
+	got, err := e.store.LoadTransaction(t.Context(), e.scope, txID)
+	must(t, err, "LoadTransaction "+what)
+	checkTx(t, "transaction "+what, got, want)
+	h, err := e.store.Tryouts(t.Context(), e.scope, txID)
+	must(t, err, "Tryouts "+what)
+	wantH := make([]eventstore.Tryout, len(tries))
+	for i, tr := range tries {
+		wantH[i] = *tr
+	}
+	checkTryouts(t, "tryouts "+what, h, wantH)
+}
+
+// testTransitionFenced: a write of an older version, arriving after newer
+// ones (a zombie writer), is discarded with its tryout (at the Index of its
+// version, which a newer write wrote without a tryout); the newer state
+// survives, with its tryouts.
 func testTransitionFenced(t *testing.T, e *env) {
 	ctx := t.Context()
 	tx := fullTx(e.scope, "tx-fenced")
 	must(t, e.store.CreateTransaction(ctx, tx, nil), "CreateTransaction")
-	newer := tx
-	newer.State, newer.Version, newer.Payload = eventstore.StateCompleted, tx.Version+2, []byte("newer")
-	must(t, e.store.Transition(ctx, newer, nil), "Transition to the newer version")
-	zombie := tx
-	zombie.State, zombie.Version, zombie.Payload = eventstore.StateCompensating, tx.Version+1, []byte("zombie")
+	live := tx
+	live.Version++
+	tr8 := tryoutAt(live, "ok")
+	must(t, e.store.Transition(ctx, live, tr8), "Transition to version 8")
+	failed := live
+	failed.State, failed.Version = eventstore.StateCompensating, live.Version+1
+	must(t, e.store.Transition(ctx, failed, nil), "Transition to version 9 without a tryout")
+	newer := failed
+	newer.State, newer.Version, newer.Payload = eventstore.StateCompensated, failed.Version+1, []byte("newer")
+	tr10 := tryoutAt(newer, "ok")
+	must(t, e.store.Transition(ctx, newer, tr10), "Transition to version 10")
+	zombie := live
+	zombie.State, zombie.Version, zombie.Payload = eventstore.StateInProgress, live.Version+1, []byte("zombie")
 	zombie.Error = "written by a zombie"
-	must(t, e.store.Transition(ctx, zombie, nil), "Transition of the older version")
-	got, err := e.store.LoadTransaction(ctx, e.scope, tx.TxID)
-	must(t, err, "LoadTransaction")
-	checkTx(t, "transaction after a stale write", got, newer)
+	must(t, e.store.Transition(ctx, zombie, tryoutAt(zombie, "ok")), "Transition of the older version 9 with a tryout")
+	checkHistory(t, e, "after a stale write", tx.TxID, newer, tr8, tr10)
+}
+
+// testTransitionFenceRaised: a write that raises Fence (a disable, away
+// from the reply path) wins over a write of the same version with the
+// lower Fence (a late reply), in either order, and over every later
+// version of that Fence (the late reply's writer going on); the tryouts
+// of the writes it fenced are discarded, whichever lands first. Writes of
+// the raised Fence go on as usual.
+func testTransitionFenceRaised(t *testing.T, e *env) {
+	ctx := t.Context()
+	for _, replyFirst := range []bool{false, true} {
+		tx := fullTx(e.scope, fmt.Sprintf("tx-fence-raised-%v", replyFirst))
+		must(t, e.store.CreateTransaction(ctx, tx, nil), "CreateTransaction")
+		live := tx
+		live.Version++
+		tr8 := tryoutAt(live, "ok")
+		must(t, e.store.Transition(ctx, live, tr8), "Transition to version 8")
+
+		disable := live
+		disable.State, disable.Error = eventstore.StateDisabled, "transaction lifetime exceeded"
+		disable.Version++
+		disable.Fence++
+		reply := live
+		reply.State, reply.Span, reply.Endpoint, reply.Attempt = eventstore.StateInProgress, live.Span+1, "shipping/ship", 1
+		reply.Version++
+		if replyFirst {
+			must(t, e.store.Transition(ctx, reply, tryoutAt(reply, "ok")), "late reply's Transition to version 9")
+			must(t, e.store.Transition(ctx, disable, nil), "disable at version 9")
+		} else {
+			must(t, e.store.Transition(ctx, disable, nil), "disable at version 9")
+			must(t, e.store.Transition(ctx, reply, tryoutAt(reply, "ok")), "late reply's Transition to version 9")
+		}
+		on := reply
+		on.State, on.Version, on.Payload = eventstore.StateCompleted, reply.Version+1, []byte("completed by a stale writer")
+		must(t, e.store.Transition(ctx, on, tryoutAt(on, "ok")), "the stale writer's Transition to version 10")
+		checkHistory(t, e, fmt.Sprintf("after a disable and a late reply of its version (reply first: %v)", replyFirst), tx.TxID, disable, tr8)
+
+		restore := disable
+		restore.State, restore.Version, restore.Fence = eventstore.StateRetryPending, disable.Version+1, disable.Fence+1
+		must(t, e.store.Transition(ctx, restore, nil), "restore at version 10")
+		next := restore
+		next.State, next.Version = eventstore.StateInProgress, restore.Version+1
+		tr11 := tryoutAt(next, "ok")
+		must(t, e.store.Transition(ctx, next, tr11), "Transition to version 11 after the restore")
+		checkHistory(t, e, fmt.Sprintf("after the restore (reply first: %v)", replyFirst), tx.TxID, next, tr8, tr11)
+	}
+}
+
+// testTransitionSameVersionMerges: two writes of the same Fence and
+// Version merge field by field, as Cassandra merges cells of one write
+// timestamp (the greater stored bytes win), the row and the tryout of that
+// version alike, in either order.
+func testTransitionSameVersionMerges(t *testing.T, e *env) {
+	ctx := t.Context()
+	for _, aFirst := range []bool{true, false} {
+		id := fmt.Sprintf("tx-same-version-%v", aFirst)
+		tx := fullTx(e.scope, id)
+		must(t, e.store.CreateTransaction(ctx, tx, nil), "CreateTransaction")
+		a := tx
+		a.Version++
+		b := a
+		b.State, b.Span, b.Kind, b.Endpoint, b.Attempt = eventstore.StateCompensating, 1, "revert", "inventory-service/release", 1
+		b.Payload = []byte(`{"zorder":1}`)
+		b.Completed = b.Completed[:1]
+		b.Hints = map[string]string{"only": "one"}
+		b.Error, b.RestorePath, b.PausedUntil, b.PauseEvent = "", nil, time.Time{}, ""
+		b.LifetimeStart = a.LifetimeStart.Add(time.Hour)
+		b.TraceID = "ffffffffffffffffffffffffffffffff"
+		b.UpdatedAt = a.UpdatedAt.Add(time.Minute)
+		ta := tryoutAt(a, "ok")
+		tb := tryoutAt(b, "retryable")
+		tb.Endpoint, tb.Attempt, tb.Before, tb.After, tb.ResumeContext = "svc/zzz", 1, []byte("z"), nil, nil
+		tb.FinishedAt = ta.FinishedAt.Add(time.Second)
+		if aFirst {
+			must(t, e.store.Transition(ctx, a, ta), "Transition a")
+			must(t, e.store.Transition(ctx, b, tb), "Transition b of the same version")
+		} else {
+			must(t, e.store.Transition(ctx, b, tb), "Transition b")
+			must(t, e.store.Transition(ctx, a, ta), "Transition a of the same version")
+		}
+		want := a // a's State, Span, Endpoint, Attempt, Completed, Hints, Error, RestorePath, PausedUntil, PauseEvent
+		want.Kind, want.Payload, want.LifetimeStart, want.TraceID, want.UpdatedAt = b.Kind, b.Payload, b.LifetimeStart, b.TraceID, b.UpdatedAt
+		wantTr := *ta // a's Attempt, Error, After, ResumeContext
+		wantTr.Endpoint, wantTr.Outcome, wantTr.Before, wantTr.FinishedAt = tb.Endpoint, tb.Outcome, tb.Before, tb.FinishedAt
+		checkHistory(t, e, fmt.Sprintf("after two writes of one version (a first: %v)", aFirst), id, want, &wantTr)
+	}
+}
+
+// testFreezeFenced: Freeze and Unfreeze are ordered by the (Fence, Version)
+// of their rows, whatever order they arrive in: a late freeze of a disable
+// does not quarantine the saga its restore released, a later disable's
+// freeze does, and a late release does not undo it.
+func testFreezeFenced(t *testing.T, e *env) {
+	ctx := t.Context()
+	tx := fullTx(e.scope, "tx-freeze-fenced")
+	must(t, e.store.CreateTransaction(ctx, tx, nil), "CreateTransaction")
+	disable := tx
+	disable.State, disable.Version, disable.Fence = eventstore.StateDisabled, tx.Version+1, tx.Fence+1
+	restore := disable
+	restore.State, restore.Version, restore.Fence = eventstore.StateRetryPending, disable.Version+1, disable.Fence+1
+	frozen := func(what string, want bool) {
+		t.Helper()
+		_, err := e.store.GetFrozen(ctx, e.scope, tx.TxID)
+		if want {
+			must(t, err, "GetFrozen "+what)
+		} else {
+			mustIs(t, err, eventstore.ErrNotFound, "GetFrozen "+what)
+		}
+		list, err := e.store.ListFrozen(ctx, e.scope, 0)
+		must(t, err, "ListFrozen "+what)
+		if (len(list) == 1) != want {
+			t.Fatalf("ListFrozen %s: %v, want the saga listed: %v", what, frozenIDs(list), want)
+		}
+	}
+	must(t, e.store.Freeze(ctx, disable, "lifetime exceeded"), "Freeze at the disable's version")
+	frozen("after the disable", true)
+	must(t, e.store.Unfreeze(ctx, restore), "Unfreeze at the restore's version")
+	frozen("after the restore", false)
+	must(t, e.store.Freeze(ctx, disable, "lifetime exceeded"), "a late Freeze at the disable's version")
+	frozen("after a late freeze of the disable", false)
+
+	again := restore
+	again.State, again.Version, again.Fence = eventstore.StateDisabled, restore.Version+1, restore.Fence+1
+	must(t, e.store.Freeze(ctx, again, "lifetime exceeded again"), "Freeze at a second disable's version")
+	frozen("after a second disable", true)
+	must(t, e.store.Unfreeze(ctx, restore), "a late Unfreeze at the first restore's version")
+	frozen("after a late release by the first restore", true)
+	f, err := e.store.GetFrozen(ctx, e.scope, tx.TxID)
+	must(t, err, "GetFrozen")
+	if f.Reason != "lifetime exceeded again" || f.Version != again.Version {
+		t.Fatalf("frozen copy %q version %d, want the second disable's", f.Reason, f.Version)
+	}
 }
