@@ -75,10 +75,14 @@ func (o *Orchestrator[T]) decodeReply(ctx context.Context, r *kgo.Record, reject
 //
 // The reply is counted (Stats.Replies) once it is applied, after the
 // command it leads to is published: Stats.Awaiting never reads 0 while a
-// reply is being applied.
+// reply is being applied. Its step's latency is recorded then too, once:
+// a reply retried after a failure is not observed per try.
 func (o *Orchestrator[T]) applyReply(ctx context.Context, r *kgo.Record, tx *eventstore.Transaction, env *topics.Envelope) error {
+	var step stepKey
+	var sent time.Time
 	if o.tel.stepDur != nil {
-		o.recordStep(ctx, tx, env, o.cfg.now())
+		// Applying the reply moves tx on: keep what names the step.
+		step, sent = stepKey{tx.Endpoint, tx.Kind, string(env.Outcome)}, tx.UpdatedAt
 	}
 	var err error
 	if o.tel.tracer == nil {
@@ -91,6 +95,9 @@ func (o *Orchestrator[T]) applyReply(ctx context.Context, r *kgo.Record, tx *eve
 	}
 	if err == nil {
 		o.stats.replies.Add(1)
+		if o.tel.stepDur != nil {
+			o.recordStep(ctx, step, sent, o.cfg.now())
+		}
 	}
 	return err
 }
