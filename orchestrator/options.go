@@ -242,6 +242,10 @@ const (
 	FaultBeforePublish
 	// FaultBeforePublishRevert: the same in compensation.
 	FaultBeforePublishRevert
+	// FaultParkRetry: a saga is being parked in RETRY_PENDING (a retryable
+	// failure, a command that cannot be published) and only the first of
+	// its two writes, the retry registration, is done.
+	FaultParkRetry
 )
 
 // String names the point.
@@ -253,6 +257,8 @@ func (p FaultPoint) String() string {
 		return "before-publish"
 	case FaultBeforePublishRevert:
 		return "before-publish-revert"
+	case FaultParkRetry:
+		return "park-retry"
 	}
 	return fmt.Sprintf("FaultPoint(%d)", int(p))
 }

@@ -747,12 +747,17 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	cur.Version++
 	cur.UpdatedAt = o.cfg.now()
 	o.cache.drop(cur.TxID)
+	// The retry first, as park does: a saga parked without one would wait
+	// for its restore watchdog.
+	o.registerRetry(pctx, &cur)
+	if o.faultAt(FaultParkRetry, cur.TxID) {
+		return err
+	}
 	if perr := o.store.Transition(pctx, cur, nil); perr != nil {
 		o.logger().Error("orchestrator: saga stranded: command not sent and state not saved", "tx", tx.TxID, "err", err, "persist_err", perr)
 		return err
 	}
 	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
-	o.registerRetry(pctx, &cur)
 	return fmt.Errorf("%w (saga %s parked in RETRY_PENDING)", err, tx.TxID)
 }
 

@@ -196,11 +196,7 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 			}
 			return o.compensate(ctx, tx, tx.Span, last)
 		}
-		if err := o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last); err != nil {
-			return err
-		}
-		o.registerRetry(ctx, tx)
-		return nil
+		return o.park(ctx, tx, tryout, from, last)
 	default: // non-retryable
 		tx.Error = env.Error
 		if !forward {
@@ -374,13 +370,23 @@ func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Tra
 		// engine can see and re-drive it, instead of retrying for ever and
 		// stalling every saga behind it.
 		tx.Error = err.Error()
-		if err := o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last); err != nil {
-			return err
-		}
-		o.registerRetry(ctx, tx)
-		return nil
+		return o.park(ctx, tx, tryout, from, last)
 	}
 	return o.persist(ctx, tx, state, tryout, from, last)
+}
+
+// park parks tx in RETRY_PENDING: its retry registration is written first,
+// then the state. A process that dies between the two leaves the saga as
+// it was, so its reply, redelivered, parks it again (a retry entry that
+// finds the saga not parked is dropped); the other order would leave a
+// parked saga that only its restore watchdog finds, since the redelivered
+// reply is then stale.
+func (o *Orchestrator[T]) park(ctx context.Context, tx *eventstore.Transaction, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
+	o.registerRetry(ctx, tx)
+	if o.faultAt(FaultParkRetry, tx.TxID) {
+		return nil
+	}
+	return o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last)
 }
 
 // terminate ends a saga whose compensation failed: COMPENSATION_FAILED, and
