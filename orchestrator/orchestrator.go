@@ -255,7 +255,11 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		o.cfg.ownStore = true
 	}
 	o.watched, _ = o.store.(eventstore.WatchedCreator)
-	o.cache.limit = int64(cfg.stateCacheSize)
+	if o.cfg.groupType == topics.GroupConsumer {
+		// A share group reads each saga under its reply claim: no cache.
+		o.cache.limit = int64(cfg.stateCacheSize)
+		o.cache.part = kgo.StickyKeyPartitioner(nil).ForTopic(o.cbTopic)
+	}
 	o.redriver = &entryRedriver{o.redriveEntry} // a pointer: comparable in the mux
 	if err := o.initRecovery(); err != nil {
 		o.closeTelemetry()
@@ -350,6 +354,11 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 	consumerOpts := append([]kgo.Opt{
 		kgo.ConsumerGroup(o.cfg.group(o.scope, o.domain.Name)),
 		kgo.ConsumeTopics(o.cbTopic),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+			if ps := assigned[o.cbTopic]; len(ps) > 0 && o.cache.enabled() {
+				o.cache.assign(ps, o.callbackPartitions(ctx))
+			}
+		}),
 	}, kafkaloop.ClientOpts()...)
 	if o.cfg.groupType == topics.GroupShare {
 		consumerOpts = o.shareClientOpts()
@@ -393,6 +402,7 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 	err = kafkaloop.Run(ctx, cons, loopHandler(pctx, o.handleRecord), kafkaloop.Options{
 		Concurrency: o.cfg.concurrency,
 		Logger:      o.cfg.logger,
+		Revoked:     func(ps map[string][]int32) { o.cache.revoke(ps[o.cbTopic]) },
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
 			return o.deadLetter(pctx, r, dlGivenUp, "orchestrator: "+reason)
 		},
@@ -484,6 +494,23 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 	}
 	o.topicsReady.Store(true)
 	return nil
+}
+
+// callbackPartitions returns the number of partitions of the callback
+// topic, or 0 if it cannot be read (the state cache then stays off until
+// the next assignment).
+func (o *Orchestrator[T]) callbackPartitions(ctx context.Context) int32 {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tds, err := kadm.NewClient(o.prod).ListTopics(ctx, o.cbTopic)
+	if err == nil {
+		err = tds.Error()
+	}
+	if err != nil {
+		o.logger().Warn("orchestrator: cannot read the callback topic's partition count; replies read their saga from the store until the next assignment", "topic", o.cbTopic, "err", err)
+		return 0
+	}
+	return int32(len(tds[o.cbTopic].Partitions))
 }
 
 // Start begins a saga for entity: it asks OnNext for the first step,

@@ -29,7 +29,7 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 	defer l.Unlock()
 	// The state this orchestrator last persisted saves reading the row;
 	// a reply it does not expect is checked against the store.
-	tx, ok := o.cache.get(env.TxID)
+	tx, ok := o.cache.get(env.TxID, r.Partition)
 	if !ok || !expects(&tx, env) {
 		var err error
 		tx, err = o.store.LoadTransaction(ctx, o.scope, env.TxID)

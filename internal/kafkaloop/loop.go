@@ -123,6 +123,11 @@ type Options struct {
 	// any other failure: a permanent error then stalls its key (and the
 	// commits of its partition) until the handler succeeds.
 	DeadLetter func(ctx context.Context, r *kgo.Record, reason string) error
+	// Revoked, if set, is called with the partitions a rebalance takes
+	// away (revoked or lost) as soon as it does, before their running
+	// handlers are waited for: state kept per owned partition must go
+	// before another member can apply their records.
+	Revoked func(partitions map[string][]int32)
 
 	// DeliveryLimit (share mode only, RunShare) is the share group's
 	// delivery count limit (share.delivery.count.limit): a record that
@@ -242,6 +247,9 @@ func ClientOpts() []kgo.Opt {
 		kgo.AutoCommitInterval(500*time.Millisecond),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 			l := loopOf(cl)
+			if l != nil && l.o.Revoked != nil {
+				l.o.Revoked(revoked)
+			}
 			if l != nil {
 				l.drain(revoked)
 			}
@@ -256,6 +264,9 @@ func ClientOpts() []kgo.Opt {
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
 			if l := loopOf(cl); l != nil {
+				if l.o.Revoked != nil {
+					l.o.Revoked(lost)
+				}
 				l.drop(lost)
 			}
 		}),
