@@ -24,12 +24,16 @@ const DefaultStateCacheSize = 200_000
 // instance owns, one shard per partition: a saga's partition is computed
 // from its transaction id as the workers' producers choose it (Kafka's
 // default partitioner: murmur2 of the key), an entry is put only while its
-// partition is owned, and a shard is dropped whole the moment its
-// partition is revoked or lost, before the partition's last replies are
-// drained. So an entry never outlives this instance's ownership of its
-// partition: a saga that another instance moved on since cannot be found
-// here in a state it left, and a saga started here but run elsewhere
-// leaves nothing here. A reply that comes on another partition than the
+// partition is owned (before Run's first assignment, it waits for that
+// assignment to say whether it is), and a shard is dropped whole the
+// moment its partition is revoked or lost, before the partition's last
+// replies are drained. So an entry never outlives this instance's
+// ownership of its partition: a saga whose replies another instance
+// applied meanwhile is not found here in a state they moved it from, and
+// a saga started here but run elsewhere leaves nothing here. (A saga that
+// another instance moves without a reply, a retry node disabling it, can
+// still be cached here as it was; the store's version fence stops the
+// write such an entry would lead to.) A reply that comes on another partition than the
 // one computed (a custom partitioner, partitions added) turns the cache
 // off until the next assignment. A share group, where any instance applies
 // any reply and each reads the saga under its claim, keeps no cache.
@@ -40,20 +44,31 @@ type stateCache struct {
 	n     atomic.Int64 // entries in every shard
 	part  kgo.TopicPartitioner
 
-	mu sync.Mutex // serialises assign, revoke and off
-	// shards maps each owned partition to its shard; nil while the cache
-	// is off. It is replaced, never modified: lookups take no lock.
-	shards     atomic.Pointer[map[int32]*shard]
-	partitions atomic.Int32 // of the callback topic; 0 while unknown
+	mu sync.Mutex // serialises the changes of view
+	// view is what the cache holds now (nil: nothing, the cache is off).
+	// It is replaced, never modified: lookups take no lock.
+	view atomic.Pointer[cacheView]
+}
+
+// cacheView is the cache's shards at one time.
+type cacheView struct {
+	// pending, until Run's first assignment, holds what is put: the
+	// assignment keeps the entries of the partitions it gives this
+	// instance and drops the rest (no reply is applied before it).
+	pending *shard
+	// parts maps each owned callback partition to its shard, of a topic
+	// of n partitions.
+	parts map[int32]*shard
+	n     int32
 }
 
 // shard holds the sagas of one owned callback partition.
 type shard struct {
 	m sync.Map // txID -> eventstore.Transaction
 	n atomic.Int64
-	// live is read-held by a put, and cleared under the write lock when
-	// the partition goes, so that no put lands in a dropped shard after
-	// its entries were uncounted.
+	// mu is read-held by a put or drop, and held to mark the shard dead
+	// when its partition goes, so that nothing lands in a dropped shard
+	// after its entries were uncounted.
 	mu   sync.RWMutex
 	dead bool
 }
@@ -61,24 +76,24 @@ type shard struct {
 // enabled reports whether the cache may hold anything.
 func (c *stateCache) enabled() bool { return c.limit > 0 }
 
-// partitionOf is the callback partition of txID's replies (-1 while the
-// partition count is unknown).
-func (c *stateCache) partitionOf(txID string) int32 {
-	n := c.partitions.Load()
-	if n <= 0 {
-		return -1
-	}
+// partitionOf is the callback partition of txID's replies in a topic of n
+// partitions (n > 0).
+func (c *stateCache) partitionOf(txID string, n int32) int32 {
 	return int32(c.part.Partition(&kgo.Record{Key: []byte(txID)}, int(n)))
 }
 
-// shardOf returns the shard of txID's partition, nil if it is not owned.
+// shardOf returns the shard txID goes to and the partition of its
+// replies (-1 before the first assignment); nil if it is not cached here.
 func (c *stateCache) shardOf(txID string) (*shard, int32) {
-	m := c.shards.Load()
-	if m == nil {
+	v := c.view.Load()
+	switch {
+	case v == nil:
 		return nil, -1
+	case v.pending != nil:
+		return v.pending, -1
 	}
-	p := c.partitionOf(txID)
-	return (*m)[p], p
+	p := c.partitionOf(txID, v.n)
+	return v.parts[p], p
 }
 
 // get returns the cached state of txID, whose reply came on partition.
@@ -87,7 +102,7 @@ func (c *stateCache) get(txID string, partition int32) (eventstore.Transaction, 
 		return eventstore.Transaction{}, false
 	}
 	s, p := c.shardOf(txID)
-	if s == nil {
+	if s == nil || p < 0 {
 		return eventstore.Transaction{}, false
 	}
 	if p != partition {
@@ -153,35 +168,54 @@ func (c *stateCache) drop(txID string) {
 	}
 }
 
-// assign starts empty shards for the newly owned partitions, of a callback
-// topic of n partitions.
+// expectAssignment makes the cache hold what is put until Run's first
+// assignment (see cacheView.pending).
+func (c *stateCache) expectAssignment() {
+	if !c.enabled() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setLocked(&cacheView{pending: &shard{}})
+}
+
+// assign starts shards for the newly owned partitions, of a callback
+// topic of n partitions (0: unknown, which turns the cache off until the
+// next assignment).
 func (c *stateCache) assign(partitions []int32, n int32) {
 	if !c.enabled() {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n != c.partitions.Load() {
-		// Replies are partitioned anew: forget everything.
-		c.clearLocked()
-		c.partitions.Store(n)
-	}
+	cur := c.view.Load()
 	if n <= 0 {
+		c.setLocked(nil)
 		return
 	}
-	next := map[int32]*shard{}
-	if cur := c.shards.Load(); cur != nil {
-		for p, s := range *cur {
-			next[p] = s
+	next := &cacheView{parts: map[int32]*shard{}, n: n}
+	if cur != nil && cur.pending == nil && cur.n == n {
+		for p, s := range cur.parts {
+			next.parts[p] = s
 		}
 	}
 	for _, p := range partitions {
-		if old := next[p]; old != nil {
-			c.kill(old)
-		}
-		next[p] = &shard{}
+		next.parts[p] = &shard{} // newly owned: whatever was here is stale
 	}
-	c.shards.Store(&next)
+	if cur != nil && cur.pending != nil {
+		// The first assignment: keep the pending entries it owns.
+		pend := cur.pending
+		c.kill(pend)
+		pend.m.Range(func(k, v any) bool {
+			if s := next.parts[c.partitionOf(k.(string), n)]; s != nil {
+				s.m.Store(k, v)
+				s.n.Add(1)
+				c.n.Add(1)
+			}
+			return true
+		})
+	}
+	c.setLocked(next)
 }
 
 // revoke drops the shards of partitions no longer owned.
@@ -191,36 +225,43 @@ func (c *stateCache) revoke(partitions []int32) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cur := c.shards.Load()
-	if cur == nil {
+	cur := c.view.Load()
+	if cur == nil || cur.pending != nil {
 		return
 	}
-	next := make(map[int32]*shard, len(*cur))
-	for p, s := range *cur {
-		next[p] = s
+	next := &cacheView{parts: make(map[int32]*shard, len(cur.parts)), n: cur.n}
+	for p, s := range cur.parts {
+		next.parts[p] = s
 	}
 	for _, p := range partitions {
-		if s := next[p]; s != nil {
-			delete(next, p)
+		if s := next.parts[p]; s != nil {
+			delete(next.parts, p)
 			c.kill(s)
 		}
 	}
-	c.shards.Store(&next)
+	c.view.Store(next)
 }
 
-// off drops every shard and keeps the cache off until the next assignment
-// (which learns the partition count again).
+// off drops everything: nothing is cached until the next assignment (which
+// learns the partition count again).
 func (c *stateCache) off() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.clearLocked()
-	c.partitions.Store(0)
+	c.setLocked(nil)
 }
 
-// clearLocked drops every shard.
-func (c *stateCache) clearLocked() {
-	if cur := c.shards.Swap(nil); cur != nil {
-		for _, s := range *cur {
+// setLocked replaces the view by next, dropping the shards next does not
+// keep.
+func (c *stateCache) setLocked(next *cacheView) {
+	cur := c.view.Swap(next)
+	if cur == nil {
+		return
+	}
+	if cur.pending != nil && (next == nil || next.pending != cur.pending) {
+		c.kill(cur.pending)
+	}
+	for p, s := range cur.parts {
+		if next == nil || next.parts[p] != s {
 			c.kill(s)
 		}
 	}

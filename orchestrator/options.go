@@ -277,8 +277,8 @@ func WithFaultInjection(f func(p FaultPoint, txID string) bool) Option {
 // from the store (default DefaultStateCacheSize; 0 turns the cache off and
 // every reply reads the saga row). A saga beyond the bound is read from the
 // store when its reply comes. Only the sagas whose callback partition this
-// instance owns are cached (a saga started before the instance has its
-// partitions is read once), and a share group caches nothing.
+// instance owns while Run consumes are cached (a saga started before Run
+// is read once), and a share group caches nothing.
 func WithStateCacheSize(n int) Option { return optFunc(func(c *config) { c.stateCacheSize = n }) }
 
 // WithMarkerCleanup makes the orchestrator delete a saga's execution

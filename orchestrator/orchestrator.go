@@ -398,6 +398,8 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 		}
 		return err
 	}
+	o.cache.expectAssignment()
+	defer o.cache.off() // Run owns no partition once it returns
 	o.runOnce.Do(func() { close(o.running) })
 	err = kafkaloop.Run(ctx, cons, loopHandler(pctx, o.handleRecord), kafkaloop.Options{
 		Concurrency: o.cfg.concurrency,
