@@ -168,6 +168,12 @@ func (c *stateCache) drop(txID string) {
 	}
 }
 
+// pending reports whether the cache waits for Run's first assignment.
+func (c *stateCache) pending() bool {
+	v := c.view.Load()
+	return v != nil && v.pending != nil
+}
+
 // expectAssignment makes the cache hold what is put until Run's first
 // assignment (see cacheView.pending).
 func (c *stateCache) expectAssignment() {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
@@ -149,5 +150,45 @@ func TestStateCacheSavesEveryReadOnlyWherePartitionsAreKnown(t *testing.T) {
 				t.Fatalf("%d saga reads for %d replies (stats %+v), %d sagas still cached", store.loads.Load(), st.Replies, st, orchestrator.CachedSagas(o))
 			}
 		})
+	}
+}
+
+// An instance that the group gives no callback partition (more instances
+// than partitions) caches nothing of the sagas it starts once its first
+// assignment, empty, has come.
+func TestInstanceWithoutPartitionsCachesNothing(t *testing.T) {
+	brokers := newCluster(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := topics.Ensure(ctx, kadm.NewClient(cl), allTopics(), topics.Provision{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	startResponder(t, brokers, allTopics()[:2], appendStep(nil))
+	store := memory.New()
+	defer store.Close()
+	opts := []orchestrator.Option{orchestrator.WithStore(store), orchestrator.WithoutRecovery()}
+	a := newOrch(t, brokers, testDomain(), opts...)
+	runOrch(t, a)
+	if _, err := a.Start(ctx, order{ID: "first"}); err != nil { // a owns the partition once this completes
+		t.Fatal(err)
+	}
+	waitStats(t, a, "a's first saga", func(st orchestrator.Stats) bool { return st.Completed == 1 })
+	b := newOrch(t, brokers, testDomain(), opts...)
+	runOrch(t, b)
+	const n = 10
+	for range n {
+		if _, err := b.Start(ctx, order{ID: "o"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStats(t, a, "b's sagas completed", func(st orchestrator.Stats) bool { return st.Completed+b.Stats().Completed == n+1 })
+	waitFor(t, 30*time.Second, "b to cache nothing", func() bool { return orchestrator.CachedSagas(b) == 0 })
+	if st := b.Stats(); st.Replies != 0 {
+		t.Fatalf("b, without partitions, applied %d replies", st.Replies)
 	}
 }

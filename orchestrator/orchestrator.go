@@ -355,7 +355,9 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 		kgo.ConsumerGroup(o.cfg.group(o.scope, o.domain.Name)),
 		kgo.ConsumeTopics(o.cbTopic),
 		kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
-			if ps := assigned[o.cbTopic]; len(ps) > 0 && o.cache.enabled() {
+			// Called at every rebalance, with nothing new too: the first
+			// one settles the sagas started before it.
+			if ps := assigned[o.cbTopic]; o.cache.enabled() && (len(ps) > 0 || o.cache.pending()) {
 				o.cache.assign(ps, o.callbackPartitions(ctx))
 			}
 		}),
