@@ -30,10 +30,11 @@ const DefaultStateCacheSize = 200_000
 // replies are drained. So an entry never outlives this instance's
 // ownership of its partition: a saga whose replies another instance
 // applied meanwhile is not found here in a state they moved it from, and
-// a saga started here but run elsewhere leaves nothing here. (A saga that
-// another instance moves without a reply, a retry node disabling it, can
-// still be cached here as it was; the store's version fence stops the
-// write such an entry would lead to.) A reply that comes on another partition than the
+// a saga started here but run elsewhere leaves nothing here. The one
+// move another instance makes without a reply from a state cached here, a
+// retry node disabling a saga, comes only after the saga's transaction
+// lifetime, and handleRecord does not trust the cached state of a saga
+// past it. A reply that comes on another partition than the
 // one computed (a custom partitioner, partitions added) turns the cache
 // off until the next assignment. A share group, where any instance applies
 // any reply and each reads the saga under its claim, keeps no cache.

@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -190,5 +191,73 @@ func TestInstanceWithoutPartitionsCachesNothing(t *testing.T) {
 	waitFor(t, 30*time.Second, "b to cache nothing", func() bool { return orchestrator.CachedSagas(b) == 0 })
 	if st := b.Stats(); st.Replies != 0 {
 		t.Fatalf("b, without partitions, applied %d replies", st.Replies)
+	}
+}
+
+// A saga that outlived its transaction lifetime may have been disabled by
+// a retry node elsewhere, without a reply this instance would see: its
+// cached state is not trusted then, so a late reply finds it disabled
+// (stale) instead of driving the saga on from the cache.
+func TestCachedStateOfAnExpiredSagaIsNotTrusted(t *testing.T) {
+	brokers := newCluster(t)
+	ensureTopics(t, brokers, allTopics()...)
+	var mu sync.Mutex
+	var held *topics.Envelope
+	startResponder(t, brokers, allTopics()[:2], func(cmd *topics.Envelope) *topics.Envelope {
+		if cmd.Span == 1 {
+			mu.Lock()
+			defer mu.Unlock()
+			held = reply(cmd, topics.OutcomeOK, nil, "") // the reply comes late
+			return nil
+		}
+		return reply(cmd, topics.OutcomeOK, nil, "")
+	})
+	store := memory.New()
+	defer store.Close()
+	clock := newFakeClock()
+	cfg := recoveryCfg(t)
+	cfg.TransactionLifetime = time.Hour
+	o := newOrch(t, brokers, testDomain(), orchestrator.WithStore(store), orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg))
+	runOrch(t, o)
+	ctx := context.Background()
+	txID, err := o.Start(ctx, order{ID: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the second command", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return held != nil
+	})
+	// A retry node elsewhere disables the saga once its lifetime is over.
+	clock.advance(2 * time.Hour)
+	tx, err := store.LoadTransaction(ctx, o.Scope(), txID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.State, tx.Version, tx.UpdatedAt = eventstore.StateDisabled, tx.Version+1, clock.now()
+	if err := store.Transition(ctx, tx, nil); err != nil {
+		t.Fatal(err)
+	}
+	base := o.Stats()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	mu.Lock()
+	b, _ := topics.Encode(held)
+	mu.Unlock()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.CallbackTopic(domainName), Key: []byte(txID), Value: b}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitStats(t, o, "the late reply handled", func(st orchestrator.Stats) bool {
+		return st.Replies+st.StaleReplies > base.Replies+base.StaleReplies
+	})
+	if st := o.Stats(); st.StaleReplies != base.StaleReplies+1 || st.Commands != base.Commands {
+		t.Fatalf("stats %+v, before the late reply %+v: want it stale, no command published", st, base)
+	}
+	if s, err := o.Get(ctx, txID); err != nil || s.State != eventstore.StateDisabled {
+		t.Fatalf("saga %v (%v), want DISABLED", s, err)
 	}
 }

@@ -28,9 +28,10 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 	l.Lock()
 	defer l.Unlock()
 	// The state this orchestrator last persisted saves reading the row;
-	// a reply it does not expect is checked against the store.
+	// a reply it does not expect is checked against the store, and so is
+	// a saga past its lifetime, which a retry node may have disabled.
 	tx, ok := o.cache.get(env.TxID, r.Partition)
-	if !ok || !expects(&tx, env) {
+	if !ok || !expects(&tx, env) || o.cfg.recovery.Expired(tx.LifetimeFrom(), o.cfg.now()) {
 		var err error
 		tx, err = o.store.LoadTransaction(ctx, o.scope, env.TxID)
 		if errors.Is(err, eventstore.ErrNotFound) {
