@@ -35,8 +35,14 @@ type responder struct {
 
 func startResponder(t *testing.T, brokers []string, cmdTopics []string, fn respondFunc) *responder {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(cmdTopics...),
-		kgo.ConsumerGroup(cmdTopics[0]+"-responder"), kgo.ProducerLinger(0))
+	return startResponderWith(t, brokers, cmdTopics, fn)
+}
+
+// startResponderWith is startResponder with a client made with opts too.
+func startResponderWith(t *testing.T, brokers []string, cmdTopics []string, fn respondFunc, opts ...kgo.Opt) *responder {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(cmdTopics...),
+		kgo.ConsumerGroup(cmdTopics[0] + "-responder"), kgo.ProducerLinger(0)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

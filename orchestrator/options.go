@@ -242,6 +242,10 @@ const (
 	FaultBeforePublish
 	// FaultBeforePublishRevert: the same in compensation.
 	FaultBeforePublishRevert
+	// FaultParkRetry: a saga is being parked in RETRY_PENDING (a retryable
+	// failure, a command that cannot be published) and only the first of
+	// its two writes, the retry registration, is done.
+	FaultParkRetry
 )
 
 // String names the point.
@@ -253,6 +257,8 @@ func (p FaultPoint) String() string {
 		return "before-publish"
 	case FaultBeforePublishRevert:
 		return "before-publish-revert"
+	case FaultParkRetry:
+		return "park-retry"
 	}
 	return fmt.Sprintf("FaultPoint(%d)", int(p))
 }
@@ -270,7 +276,9 @@ func WithFaultInjection(f func(p FaultPoint, txID string) bool) Option {
 // orchestrator keeps in memory, so that applying a reply reads nothing
 // from the store (default DefaultStateCacheSize; 0 turns the cache off and
 // every reply reads the saga row). A saga beyond the bound is read from the
-// store when its reply comes.
+// store when its reply comes. Only the sagas whose callback partition this
+// instance owns while Run consumes are cached (a saga started before Run
+// is read once), and a share group caches nothing.
 func WithStateCacheSize(n int) Option { return optFunc(func(c *config) { c.stateCacheSize = n }) }
 
 // WithMarkerCleanup makes the orchestrator delete a saga's execution

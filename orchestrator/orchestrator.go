@@ -255,7 +255,11 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		o.cfg.ownStore = true
 	}
 	o.watched, _ = o.store.(eventstore.WatchedCreator)
-	o.cache.limit = int64(cfg.stateCacheSize)
+	if o.cfg.groupType == topics.GroupConsumer {
+		// A share group reads each saga under its reply claim: no cache.
+		o.cache.limit = int64(cfg.stateCacheSize)
+		o.cache.part = kgo.StickyKeyPartitioner(nil).ForTopic(o.cbTopic)
+	}
 	o.redriver = &entryRedriver{o.redriveEntry} // a pointer: comparable in the mux
 	if err := o.initRecovery(); err != nil {
 		o.closeTelemetry()
@@ -350,6 +354,13 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 	consumerOpts := append([]kgo.Opt{
 		kgo.ConsumerGroup(o.cfg.group(o.scope, o.domain.Name)),
 		kgo.ConsumeTopics(o.cbTopic),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+			// Called at every rebalance, with nothing new too: the first
+			// one settles the sagas started before it.
+			if ps := assigned[o.cbTopic]; o.cache.enabled() && (len(ps) > 0 || o.cache.pending()) {
+				o.cache.assign(ps, o.callbackPartitions(ctx))
+			}
+		}),
 	}, kafkaloop.ClientOpts()...)
 	if o.cfg.groupType == topics.GroupShare {
 		consumerOpts = o.shareClientOpts()
@@ -389,10 +400,13 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 		}
 		return err
 	}
+	o.cache.expectAssignment()
+	defer o.cache.off() // Run owns no partition once it returns
 	o.runOnce.Do(func() { close(o.running) })
 	err = kafkaloop.Run(ctx, cons, loopHandler(pctx, o.handleRecord), kafkaloop.Options{
 		Concurrency: o.cfg.concurrency,
 		Logger:      o.cfg.logger,
+		Revoked:     func(ps map[string][]int32) { o.cache.revoke(ps[o.cbTopic]) },
 		DeadLetter: func(_ context.Context, r *kgo.Record, reason string) error {
 			return o.deadLetter(pctx, r, dlGivenUp, "orchestrator: "+reason)
 		},
@@ -484,6 +498,23 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 	}
 	o.topicsReady.Store(true)
 	return nil
+}
+
+// callbackPartitions returns the number of partitions of the callback
+// topic, or 0 if it cannot be read (the state cache then stays off until
+// the next assignment).
+func (o *Orchestrator[T]) callbackPartitions(ctx context.Context) int32 {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tds, err := kadm.NewClient(o.prod).ListTopics(ctx, o.cbTopic)
+	if err == nil {
+		err = tds.Error()
+	}
+	if err != nil {
+		o.logger().Warn("orchestrator: cannot read the callback topic's partition count; replies read their saga from the store until the next assignment", "topic", o.cbTopic, "err", err)
+		return 0
+	}
+	return int32(len(tds[o.cbTopic].Partitions))
 }
 
 // Start begins a saga for entity: it asks OnNext for the first step,
@@ -747,12 +778,17 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	cur.Version++
 	cur.UpdatedAt = o.cfg.now()
 	o.cache.drop(cur.TxID)
+	// The retry first, as park does: a saga parked without one would wait
+	// for its restore watchdog.
+	o.registerRetry(pctx, &cur)
+	if o.faultAt(FaultParkRetry, cur.TxID) {
+		return err
+	}
 	if perr := o.store.Transition(pctx, cur, nil); perr != nil {
 		o.logger().Error("orchestrator: saga stranded: command not sent and state not saved", "tx", tx.TxID, "err", err, "persist_err", perr)
 		return err
 	}
 	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
-	o.registerRetry(pctx, &cur)
 	return fmt.Errorf("%w (saga %s parked in RETRY_PENDING)", err, tx.TxID)
 }
 

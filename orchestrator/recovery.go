@@ -111,9 +111,9 @@ func (o *Orchestrator[T]) retryPolicy(tx *eventstore.Transaction) recovery.Retry
 	return o.cfg.recovery.RetryPolicy(o.domain.Name, service+"/"+endpoint)
 }
 
-// registerRetry registers tx, just persisted in RETRY_PENDING, for a
-// re-drive after its retry policy's delay. A failure is logged: the saga's
-// restore watchdog re-drives it later anyway.
+// registerRetry registers tx, about to be persisted in RETRY_PENDING (see
+// park), for a re-drive after its retry policy's delay. A failure is
+// logged: the saga's restore watchdog re-drives it later anyway.
 func (o *Orchestrator[T]) registerRetry(ctx context.Context, tx *eventstore.Transaction) {
 	if o.rec == nil {
 		return

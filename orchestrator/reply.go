@@ -28,9 +28,10 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 	l.Lock()
 	defer l.Unlock()
 	// The state this orchestrator last persisted saves reading the row;
-	// a reply it does not expect is checked against the store.
-	tx, ok := o.cache.get(env.TxID)
-	if !ok || !expects(&tx, env) {
+	// a reply it does not expect is checked against the store, and so is
+	// a saga past its lifetime, which a retry node may have disabled.
+	tx, ok := o.cache.get(env.TxID, r.Partition)
+	if !ok || !expects(&tx, env) || o.cfg.recovery.Expired(tx.LifetimeFrom(), o.cfg.now()) {
 		var err error
 		tx, err = o.store.LoadTransaction(ctx, o.scope, env.TxID)
 		if errors.Is(err, eventstore.ErrNotFound) {
@@ -75,10 +76,14 @@ func (o *Orchestrator[T]) decodeReply(ctx context.Context, r *kgo.Record, reject
 //
 // The reply is counted (Stats.Replies) once it is applied, after the
 // command it leads to is published: Stats.Awaiting never reads 0 while a
-// reply is being applied.
+// reply is being applied. Its step's latency is recorded then too, once:
+// a reply retried after a failure is not observed per try.
 func (o *Orchestrator[T]) applyReply(ctx context.Context, r *kgo.Record, tx *eventstore.Transaction, env *topics.Envelope) error {
+	var step stepKey
+	var sent time.Time
 	if o.tel.stepDur != nil {
-		o.recordStep(ctx, tx, env, o.cfg.now())
+		// Applying the reply moves tx on: keep what names the step.
+		step, sent = stepKey{tx.Endpoint, tx.Kind, string(env.Outcome)}, tx.UpdatedAt
 	}
 	var err error
 	if o.tel.tracer == nil {
@@ -91,6 +96,9 @@ func (o *Orchestrator[T]) applyReply(ctx context.Context, r *kgo.Record, tx *eve
 	}
 	if err == nil {
 		o.stats.replies.Add(1)
+		if o.tel.stepDur != nil {
+			o.recordStep(ctx, step, sent, o.cfg.now())
+		}
 	}
 	return err
 }
@@ -189,11 +197,7 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 			}
 			return o.compensate(ctx, tx, tx.Span, last)
 		}
-		if err := o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last); err != nil {
-			return err
-		}
-		o.registerRetry(ctx, tx)
-		return nil
+		return o.park(ctx, tx, tryout, from, last)
 	default: // non-retryable
 		tx.Error = env.Error
 		if !forward {
@@ -367,13 +371,23 @@ func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Tra
 		// engine can see and re-drive it, instead of retrying for ever and
 		// stalling every saga behind it.
 		tx.Error = err.Error()
-		if err := o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last); err != nil {
-			return err
-		}
-		o.registerRetry(ctx, tx)
-		return nil
+		return o.park(ctx, tx, tryout, from, last)
 	}
 	return o.persist(ctx, tx, state, tryout, from, last)
+}
+
+// park parks tx in RETRY_PENDING: its retry registration is written first,
+// then the state. A process that dies between the two leaves the saga as
+// it was, so its reply, redelivered, parks it again (a retry entry that
+// finds the saga not parked is dropped); the other order would leave a
+// parked saga that only its restore watchdog finds, since the redelivered
+// reply is then stale.
+func (o *Orchestrator[T]) park(ctx context.Context, tx *eventstore.Transaction, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
+	o.registerRetry(ctx, tx)
+	if o.faultAt(FaultParkRetry, tx.TxID) {
+		return nil
+	}
+	return o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last)
 }
 
 // terminate ends a saga whose compensation failed: COMPENSATION_FAILED, and

@@ -163,11 +163,10 @@ func (o *Orchestrator[T]) closeTelemetry() {
 	}
 }
 
-// recordStep records the latency of the step tx waited for, whose reply
-// env is being applied at now.
-func (o *Orchestrator[T]) recordStep(ctx context.Context, tx *eventstore.Transaction, env *topics.Envelope, now time.Time) {
-	opts := o.tel.stepOpts.Get(stepKey{tx.Endpoint, tx.Kind, string(env.Outcome)})
-	o.tel.stepDur.Record(ctx, now.Sub(tx.UpdatedAt).Seconds(), opts...)
+// recordStep records the latency of step, whose command was sent at sent
+// and whose reply was applied at now.
+func (o *Orchestrator[T]) recordStep(ctx context.Context, step stepKey, sent, now time.Time) {
+	o.tel.stepDur.Record(ctx, now.Sub(sent).Seconds(), o.tel.stepOpts.Get(step)...)
 }
 
 // stepOptsOf are the options of a step's latency: service, domain,

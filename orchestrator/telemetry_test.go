@@ -2,8 +2,10 @@ package orchestrator_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,5 +269,65 @@ func TestOrchestratorUnsampledSaga(t *testing.T) {
 	}
 	if n := len(exp.GetSpans()); n != 0 {
 		t.Fatalf("%d spans for an unsampled saga", n)
+	}
+}
+
+// failingTransitions is a store whose Transition into state fails, before
+// writing anything, the first n times.
+type failingTransitions struct {
+	eventstore.Store
+	state eventstore.State
+	left  atomic.Int32
+}
+
+func (s *failingTransitions) Transition(ctx context.Context, tx eventstore.Transaction, tryout *eventstore.Tryout) error {
+	if tx.State == s.state && s.left.Add(-1) >= 0 {
+		return errors.New("store unavailable")
+	}
+	return s.Store.Transition(ctx, tx, tryout)
+}
+
+// A reply whose transition fails transiently is retried; the step latency is
+// recorded once, when the reply is applied, so that the histogram's count
+// agrees with the replies counted applied.
+func TestStepDurationCountsAppliedRepliesOnly(t *testing.T) {
+	brokers := newCluster(t)
+	const svc = "dur-svc"
+	dom := orchestrator.Domain[order]{Name: "dur-dom", OnNext: orchestrator.Sequence[order](
+		orchestrator.Step{Service: svc, Endpoint: "a"}, orchestrator.Step{Service: svc, Endpoint: "b"})}
+	ensureTopics(t, brokers, topics.CommandTopic(svc), topics.CallbackTopic(dom.Name), topics.DeadLetterTopic(topics.CallbackTopic(dom.Name)))
+	startResponder(t, brokers, []string{topics.CommandTopic(svc)}, func(cmd *topics.Envelope) *topics.Envelope {
+		return reply(cmd, topics.OutcomeOK, nil, "")
+	})
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	store := &failingTransitions{Store: memory.New(), state: eventstore.StateCompleted}
+	store.left.Store(2)
+	defer store.Close()
+	o, err := orchestrator.New("dur-orders", dom, orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store),
+		orchestrator.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		orchestrator.WithoutRecovery(), orchestrator.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runOrch(t, o)
+	txID, err := o.Start(context.Background(), order{ID: "o1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitTerminal(t, o, []string{txID}, 30*time.Second); got[txID] != eventstore.StateCompleted {
+		t.Fatalf("state %s", got[txID])
+	}
+	waitStats(t, o, "two replies applied", func(st orchestrator.Stats) bool { return st.Replies == 2 })
+	ms := metrictest.Collect(t, reader)
+	stop()
+	if store.left.Load() >= 0 {
+		t.Fatalf("the COMPLETED transition failed %d times, want 2", 2-store.left.Load())
+	}
+	applied := metrictest.Total(ms[telemetry.MetricRepliesReceived], telemetry.AttrReplyResult.String(telemetry.ReplyApplied))
+	steps := metrictest.Total(ms[telemetry.MetricStepDuration])
+	last := metrictest.Total(ms[telemetry.MetricStepDuration], telemetry.AttrEndpoint.String(svc+"/b"))
+	if applied != 2 || steps != applied || last != 1 {
+		t.Fatalf("%s counts %v steps (%v of b), %s counts %v applied; want 2, 1 and 2", telemetry.MetricStepDuration, steps, last, telemetry.MetricRepliesReceived, applied)
 	}
 }

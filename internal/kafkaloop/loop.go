@@ -135,6 +135,11 @@ type Options struct {
 	// (the worker's reply waiting to be sent again) is of no more use here.
 	// It is called without the loop's locks held.
 	Abandoned func(r *kgo.Record)
+	// Revoked, if set, is called with the partitions a rebalance takes
+	// away (revoked or lost) as soon as it does, before their running
+	// handlers are waited for: state kept per owned partition must go
+	// before another member can apply their records.
+	Revoked func(partitions map[string][]int32)
 
 	// DeliveryLimit (share mode only, RunShare) is the share group's
 	// delivery count limit (share.delivery.count.limit): a record that
@@ -257,6 +262,9 @@ func ClientOpts() []kgo.Opt {
 		kgo.AutoCommitInterval(500*time.Millisecond),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 			l := loopOf(cl)
+			if l != nil && l.o.Revoked != nil {
+				l.o.Revoked(revoked)
+			}
 			if l != nil {
 				l.drain(revoked)
 			}
@@ -271,6 +279,9 @@ func ClientOpts() []kgo.Opt {
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
 			if l := loopOf(cl); l != nil {
+				if l.o.Revoked != nil {
+					l.o.Revoked(lost)
+				}
 				l.abandon(l.drop(lost))
 			}
 		}),
