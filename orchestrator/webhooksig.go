@@ -266,12 +266,14 @@ const (
 func (v *webhookVerifier) remember(digest [sha256.Size]byte, expires, now time.Time) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if until, ok := v.seen[digest]; ok && now.Before(until) {
+	// A signature is acceptable up to and including signed+tolerance, so
+	// it is a replay up to and including that instant too.
+	if until, ok := v.seen[digest]; ok && !now.After(until) {
 		return rememberReplay
 	}
 	if len(v.seen) >= v.cfg.cacheSize || now.Sub(v.lastSweep) > v.cfg.tolerance {
 		for d, until := range v.seen {
-			if !now.Before(until) {
+			if now.After(until) {
 				delete(v.seen, d)
 			}
 		}

@@ -174,6 +174,11 @@ func TestVerifyWebhookReplay(t *testing.T) {
 	if code, _ := callWebhook(t, h, body, sig+",v1="+strings.Repeat("00", 32)); code != http.StatusConflict {
 		t.Fatalf("replay with an extra v1: %d, want 409", code)
 	}
+	// At the very edge of the tolerance, still a replay.
+	clock.set(now.Add(orchestrator.DefaultWebhookTolerance))
+	if code, _ := callWebhook(t, h, body, sig); code != http.StatusConflict {
+		t.Fatalf("replay at the edge of the tolerance: %d, want 409", code)
+	}
 	// Past the tolerance, the replay is stale.
 	clock.set(now.Add(orchestrator.DefaultWebhookTolerance + time.Second))
 	if code, _ := callWebhook(t, h, body, sig); code != http.StatusUnauthorized {
