@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
@@ -47,15 +50,36 @@ type stepView struct {
 	Finished time.Time         `json:"finished"`
 }
 
-func newAPI(o *orchestrator.Orchestrator[placeorder.Order], traceWindow http.Handler) http.Handler {
+// newAPI is the service's HTTP API. Its two resume webhooks (the
+// gateway's POST /payments/callback and the generic POST /sagas/resume)
+// take only callbacks signed with webhookSecret
+// (orchestrator.VerifyWebhook): the payment reference is derived from the
+// transaction id POST /orders returns, so it identifies the paused order
+// but authorises nothing. With no secret they answer 503: an example
+// without a secret must not ship orders on anyone's word. It fails if the
+// secret is too short.
+func newAPI(o *orchestrator.Orchestrator[placeorder.Order], traceWindow http.Handler, webhookSecret []byte) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mountTraceWindow(mux, traceWindow)
 	// The generic resume webhook: {"transaction_id", "correlation_key",
 	// "context"} (orchestrator.ResumeRequest).
-	mux.Handle("POST /sagas/resume", o.ResumeHandler())
-	mux.HandleFunc("POST /payments/callback", func(w http.ResponseWriter, r *http.Request) {
+	resume := o.ResumeHandler()
+	callback := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		paymentCallbackHandler(o, w, r)
-	})
+	}))
+	if webhookSecret == nil {
+		resume, callback = webhooksDisabled, webhooksDisabled
+	} else {
+		var err error
+		if resume, err = orchestrator.VerifyWebhook(webhookSecret, resume); err != nil {
+			return nil, fmt.Errorf("webhook secret ($%s or $%s): %w", envWebhookSecret, envWebhookSecretFile, err)
+		}
+		if callback, err = orchestrator.VerifyWebhook(webhookSecret, callback); err != nil {
+			return nil, fmt.Errorf("webhook secret ($%s or $%s): %w", envWebhookSecret, envWebhookSecretFile, err)
+		}
+	}
+	mux.Handle("POST /sagas/resume", resume)
+	mux.Handle("POST /payments/callback", callback)
 	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
 		var in placeorder.Order
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&in); err != nil {
@@ -99,7 +123,46 @@ func newAPI(o *orchestrator.Orchestrator[placeorder.Order], traceWindow http.Han
 		}
 		writeJSON(w, http.StatusOK, v)
 	})
-	return mux
+	return mux, nil
+}
+
+// webhooksDisabled answers the resume webhooks of a service started with
+// no webhook secret.
+var webhooksDisabled = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusServiceUnavailable, orchestrator.ResumeResponse{Status: "error", Error: "webhooks disabled: the service has no $" + envWebhookSecret})
+})
+
+// Where the webhook secret comes from: the variable itself, or a file
+// holding it (a trailing newline is dropped), not both.
+const (
+	envWebhookSecret     = "STACKSAGA_WEBHOOK_SECRET"
+	envWebhookSecretFile = "STACKSAGA_WEBHOOK_SECRET_FILE"
+)
+
+// webhookSecretFromEnv reads the webhook secret from $STACKSAGA_WEBHOOK_SECRET
+// or the file $STACKSAGA_WEBHOOK_SECRET_FILE names; nil if neither is set.
+func webhookSecretFromEnv(getenv func(string) string) ([]byte, error) {
+	v, file := getenv(envWebhookSecret), getenv(envWebhookSecretFile)
+	switch {
+	case v != "" && file != "":
+		return nil, fmt.Errorf("set $%s or $%s, not both", envWebhookSecret, envWebhookSecretFile)
+	case v != "":
+		if len(v) < orchestrator.MinWebhookSecret {
+			return nil, fmt.Errorf("$%s: %w", envWebhookSecret, orchestrator.ErrWebhookSecret)
+		}
+		return []byte(v), nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", envWebhookSecretFile, err)
+		}
+		b = bytes.TrimRight(b, "\r\n")
+		if len(b) < orchestrator.MinWebhookSecret {
+			return nil, fmt.Errorf("$%s (%s): %w", envWebhookSecretFile, file, orchestrator.ErrWebhookSecret)
+		}
+		return b, nil
+	}
+	return nil, nil
 }
 
 // paymentCallbackHandler resumes the order saga paused for its payment

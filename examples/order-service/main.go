@@ -16,6 +16,13 @@
 //	                   re-drive, re-send and resume are offered, behind
 //	                   that bearer token)
 //
+// Both webhooks take only callbacks signed with the secret in
+// $STACKSAGA_WEBHOOK_SECRET (or the file $STACKSAGA_WEBHOOK_SECRET_FILE
+// names; at least 16 bytes): header StackSaga-Signature (see
+// orchestrator.VerifyWebhook). Without a secret they answer 503 (the rest
+// of the service runs; a warning says why): the payment reference is
+// derived from the transaction id, so it cannot authorise a callback.
+//
 // An order posted with "async_payment": true pauses after its payment step
 // (PAUSED, waiting for PAYMENT_AUTHORISATION, deadline 15 minutes) until
 // the gateway's callback names it by its order.payment_ref: "authorised"
@@ -65,13 +72,21 @@ func main() {
 	// Without a token, the Trace Window's reads are anonymous only while the
 	// service listens on loopback alone.
 	tw.anonymous = loopbackOnly(*addr)
-	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace, *metricsAddr, tw); err != nil {
+	secret, err := webhookSecretFromEnv(os.Getenv)
+	if err != nil {
+		slog.Error("order-service: invalid webhook secret", "err", err)
+		os.Exit(1)
+	}
+	if secret == nil {
+		slog.Warn("order-service: no $" + envWebhookSecret + " (or $" + envWebhookSecretFile + "): POST /payments/callback and POST /sagas/resume are disabled (503); an unsigned callback could ship an unpaid order")
+	}
+	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace, *metricsAddr, tw, secret); err != nil {
 		slog.Error("order-service stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr string, twc traceWindowConfig) error {
+func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr string, twc traceWindowConfig, webhookSecret []byte) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Traces when OTEL_EXPORTER_OTLP_ENDPOINT is set, metrics at
@@ -90,9 +105,13 @@ func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr st
 	}
 	defer svc.close()
 	o := svc.o
+	api, err := newAPI(o, svc.traceWindow, webhookSecret)
+	if err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- o.Run(ctx) }()
-	srv := &http.Server{Addr: addr, Handler: newAPI(o, svc.traceWindow), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: api, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

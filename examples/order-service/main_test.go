@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -65,7 +68,11 @@ func serveWith(t *testing.T, brokers []string, cassandraHosts, keyspace string, 
 	done := make(chan error, 1)
 	go func() { done <- o.Run(ctx) }()
 	<-o.Running()
-	srv := httptest.NewServer(newAPI(o, svc.traceWindow))
+	api, err := newAPI(o, svc.traceWindow, testWebhookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -216,6 +223,38 @@ func post(t *testing.T, url, path, body string) (int, map[string]string) {
 	return resp.StatusCode, out
 }
 
+// testWebhookSecret signs the tests' payment callbacks.
+var testWebhookSecret = []byte("order-service-test-webhook-secret")
+
+// postSigned is post with the body signed with secret at time at, as the
+// payment gateway signs its callbacks.
+func postSigned(t *testing.T, url, path, body string, secret []byte, at time.Time) (int, map[string]string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(orchestrator.WebhookSignatureHeader, orchestrator.SignWebhook(secret, []byte(body), at))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Errorf("POST %s: body is not a JSON object: %v", path, err)
+	}
+	return resp.StatusCode, out
+}
+
+// callback posts body to /payments/callback signed now with the test
+// secret.
+func callback(t *testing.T, url, body string) (int, map[string]string) {
+	t.Helper()
+	return postSigned(t, url, "/payments/callback", body, testWebhookSecret, time.Now())
+}
+
 // TestAsyncPayment drives the pausable path end to end: an order with
 // async_payment pauses after its payment step until the gateway's
 // callback, which ships it (authorised) or compensates it (declined);
@@ -250,7 +289,7 @@ func TestAsyncPayment(t *testing.T) {
 		{`{"transaction_id":"` + id + `","payment_ref":"forged","status":"authorised"}`, http.StatusConflict},
 		{`{"transaction_id":"` + id + `","payment_ref":"` + ref + `","status":"` + strings.Repeat("x", 70<<10) + `"}`, http.StatusRequestEntityTooLarge},
 	} {
-		if code, out := post(t, url, "/payments/callback", c.body); code != c.code || out["status"] != "error" || out["error"] == "" {
+		if code, out := callback(t, url, c.body); code != c.code || out["status"] != "error" || out["error"] == "" {
 			t.Errorf("callback %.70s…: %d %v, want %d with an error", c.body, code, out, c.code)
 		}
 	}
@@ -258,12 +297,12 @@ func TestAsyncPayment(t *testing.T) {
 		t.Fatalf("refused callbacks changed the order: %s", v.State)
 	}
 
-	callback := `{"transaction_id":"` + id + `","payment_ref":"` + ref + `","status":"authorised"}`
-	if code, out := post(t, url, "/payments/callback", callback); code != http.StatusOK || out["status"] != "resumed" {
+	authorised := `{"transaction_id":"` + id + `","payment_ref":"` + ref + `","status":"authorised"}`
+	if code, out := callback(t, url, authorised); code != http.StatusOK || out["status"] != "resumed" {
 		t.Fatalf("callback: %d %v", code, out)
 	}
-	// The gateway retries its callback: not an error.
-	if code, out := post(t, url, "/payments/callback", callback); code != http.StatusOK || out["status"] != "already_resumed" {
+	// The gateway retries its callback, signed afresh: not an error.
+	if code, out := postSigned(t, url, "/payments/callback", authorised, testWebhookSecret, time.Now().Add(time.Second)); code != http.StatusOK || out["status"] != "already_resumed" {
 		t.Fatalf("second callback: %d %v", code, out)
 	}
 	v = waitState(t, url, id, eventstore.StateCompleted)
@@ -275,7 +314,7 @@ func TestAsyncPayment(t *testing.T) {
 	_, out = postOrder(t, url, order)
 	declined := out["transaction_id"]
 	v = waitState(t, url, declined, eventstore.StatePaused)
-	if code, out := post(t, url, "/payments/callback", `{"transaction_id":"`+declined+`","payment_ref":"`+v.Order.PaymentRef+`","status":"declined"}`); code != http.StatusOK || out["status"] != "resumed" {
+	if code, out := callback(t, url, `{"transaction_id":"`+declined+`","payment_ref":"`+v.Order.PaymentRef+`","status":"declined"}`); code != http.StatusOK || out["status"] != "resumed" {
 		t.Fatalf("declined callback: %d %v", code, out)
 	}
 	v = waitState(t, url, declined, eventstore.StateCompensated)
@@ -287,7 +326,7 @@ func TestAsyncPayment(t *testing.T) {
 	_, out = postOrder(t, url, order)
 	generic := out["transaction_id"]
 	v = waitState(t, url, generic, eventstore.StatePaused)
-	if code, out := post(t, url, "/sagas/resume", `{"transaction_id":"`+generic+`","correlation_key":"`+v.Order.PaymentRef+`","context":{"status":"authorised"}}`); code != http.StatusOK || out["status"] != "resumed" {
+	if code, out := postSigned(t, url, "/sagas/resume", `{"transaction_id":"`+generic+`","correlation_key":"`+v.Order.PaymentRef+`","context":{"status":"authorised"}}`, testWebhookSecret, time.Now()); code != http.StatusOK || out["status"] != "resumed" {
 		t.Fatalf("resume webhook: %d %v", code, out)
 	}
 	waitState(t, url, generic, eventstore.StateCompleted)
@@ -356,7 +395,7 @@ func TestAsyncPaymentDeadline(t *testing.T) {
 		t.Errorf("payment attempts %v in %+v, want the paused one and a second", attempts, v.History)
 	}
 	// The late callback is refused: the deadline won.
-	if code, out := post(t, url, "/payments/callback", `{"transaction_id":"`+id+`","payment_ref":"`+ref+`","status":"authorised"}`); code != http.StatusConflict {
+	if code, out := callback(t, url, `{"transaction_id":"`+id+`","payment_ref":"`+ref+`","status":"authorised"}`); code != http.StatusConflict {
 		t.Errorf("late callback: %d %v, want 409", code, out)
 	}
 }
@@ -375,10 +414,140 @@ func TestAsyncPaymentSurvivesRestartOnCassandra(t *testing.T) {
 	stop()
 
 	url2, _ := serve(t, brokers, strings.Join(hosts, ","), keyspace)
-	if code, out := post(t, url2, "/payments/callback", `{"transaction_id":"`+id+`","payment_ref":"`+ref+`","status":"authorised"}`); code != http.StatusOK || out["status"] != "resumed" {
+	if code, out := callback(t, url2, `{"transaction_id":"`+id+`","payment_ref":"`+ref+`","status":"authorised"}`); code != http.StatusOK || out["status"] != "resumed" {
 		t.Fatalf("callback after restart: %d %v", code, out)
 	}
 	if v := waitState(t, url2, id, eventstore.StateCompleted); v.Order.TrackingID == "" {
 		t.Errorf("order after the resume: %+v", v)
+	}
+}
+
+// TestPaymentCallbackSignature (issue 36.3): the payment reference is
+// derived from the transaction id POST /orders returns, so a customer can
+// compute it; the callback is taken only signed with the gateway's secret.
+// An unsigned, forged, tampered, stale, future-dated or replayed callback
+// is refused and leaves the order paused; a signed one ships it.
+func TestPaymentCallbackSignature(t *testing.T) {
+	brokers := kfakeBrokers(t)
+	startWorkers(t, brokers)
+	url, _ := serve(t, brokers, "", "")
+	_, out := postOrder(t, url, `{"customer_id":"c-1","item":"book","quantity":1,"amount":1999,"async_payment":true}`)
+	id := out["transaction_id"]
+	v := waitState(t, url, id, eventstore.StatePaused)
+	ref := v.Order.PaymentRef
+	// What a customer can build from the transaction id alone.
+	forged := `{"transaction_id":"` + id + `","payment_ref":"` + id + `:1:process","status":"authorised"}`
+	if code, out := post(t, url, "/payments/callback", forged); code != http.StatusUnauthorized || out["status"] != "error" {
+		t.Errorf("unsigned callback: %d %v, want 401", code, out)
+	}
+	if code, out := post(t, url, "/sagas/resume", `{"transaction_id":"`+id+`","correlation_key":"`+ref+`","context":{"status":"authorised"}}`); code != http.StatusUnauthorized {
+		t.Errorf("unsigned generic resume: %d %v, want 401", code, out)
+	}
+	now := time.Now()
+	wrongSecret := []byte("not-the-gateway-secret-at-all")
+	if code, out := postSigned(t, url, "/payments/callback", forged, wrongSecret, now); code != http.StatusUnauthorized {
+		t.Errorf("callback signed with another secret: %d %v, want 401", code, out)
+	}
+	// A genuine "declined" signature on a body rewritten to "authorised".
+	declined := strings.Replace(forged, "authorised", "declined", 1)
+	req, _ := http.NewRequest(http.MethodPost, url+"/payments/callback", strings.NewReader(forged))
+	req.Header.Set(orchestrator.WebhookSignatureHeader, orchestrator.SignWebhook(testWebhookSecret, []byte(declined), now))
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("tampered callback: %d, want 401", resp.StatusCode)
+		}
+	}
+	if code, out := postSigned(t, url, "/payments/callback", forged, testWebhookSecret, now.Add(-10*time.Minute)); code != http.StatusUnauthorized {
+		t.Errorf("stale callback: %d %v, want 401", code, out)
+	}
+	if code, out := postSigned(t, url, "/payments/callback", forged, testWebhookSecret, now.Add(10*time.Minute)); code != http.StatusUnauthorized {
+		t.Errorf("future-dated callback: %d %v, want 401", code, out)
+	}
+	if _, v := getOrder(t, url, id); v.State != eventstore.StatePaused || v.Order.TrackingID != "" {
+		t.Fatalf("refused callbacks changed the order: %s %+v", v.State, v.Order)
+	}
+
+	signed := orchestrator.SignWebhook(testWebhookSecret, []byte(forged), now)
+	send := func() (int, map[string]string) {
+		req, _ := http.NewRequest(http.MethodPost, url+"/payments/callback", strings.NewReader(forged))
+		req.Header.Set(orchestrator.WebhookSignatureHeader, signed)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]string
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	if code, out := send(); code != http.StatusOK || out["status"] != "resumed" {
+		t.Fatalf("signed callback: %d %v, want 200 resumed", code, out)
+	}
+	if code, out := send(); code != http.StatusConflict || out["status"] != "error" {
+		t.Errorf("replayed callback: %d %v, want 409", code, out)
+	}
+	if v := waitState(t, url, id, eventstore.StateCompleted); v.Order.TrackingID == "" || v.History[2].Resume["status"] != "authorised" {
+		t.Errorf("order after the signed callback: %+v", v)
+	}
+}
+
+// TestWebhooksDisabledWithoutSecret: started with no webhook secret, the
+// example answers its resume webhooks 503 and resumes nothing.
+func TestWebhooksDisabledWithoutSecret(t *testing.T) {
+	svc, err := newOrchestrator(context.Background(), kfakeBrokers(t), "", "", nil, traceWindowConfig{token: testAdminToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.close)
+	api, err := newAPI(svc.o, svc.traceWindow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	body := `{"transaction_id":"tx","payment_ref":"tx:1:process","status":"authorised"}`
+	for _, path := range []string{"/payments/callback", "/sagas/resume"} {
+		if code, out := postSigned(t, srv.URL, path, body, testWebhookSecret, time.Now()); code != http.StatusServiceUnavailable || !strings.Contains(out["error"], envWebhookSecret) {
+			t.Errorf("%s without a secret: %d %v, want 503 naming $%s", path, code, out, envWebhookSecret)
+		}
+	}
+	if _, err := newAPI(svc.o, svc.traceWindow, []byte("short")); !errors.Is(err, orchestrator.ErrWebhookSecret) {
+		t.Errorf("short secret: %v, want ErrWebhookSecret", err)
+	}
+}
+
+func TestWebhookSecretFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "secret")
+	if err := os.WriteFile(file, []byte("a-secret-from-a-file-0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env     map[string]string
+		want    string
+		wantErr bool
+	}{
+		{env: map[string]string{}},
+		{env: map[string]string{envWebhookSecret: "a-secret-from-the-env-0123"}, want: "a-secret-from-the-env-0123"},
+		{env: map[string]string{envWebhookSecretFile: file}, want: "a-secret-from-a-file-0123"},
+		{env: map[string]string{envWebhookSecret: "short"}, wantErr: true},
+		{env: map[string]string{envWebhookSecretFile: short}, wantErr: true},
+		{env: map[string]string{envWebhookSecretFile: filepath.Join(dir, "missing")}, wantErr: true},
+		{env: map[string]string{envWebhookSecret: "a-secret-from-the-env-0123", envWebhookSecretFile: file}, wantErr: true},
+	} {
+		got, err := webhookSecretFromEnv(func(k string) string { return c.env[k] })
+		if (err != nil) != c.wantErr || string(got) != c.want {
+			t.Errorf("%v: %q, %v; want %q (error %v)", c.env, got, err, c.want, c.wantErr)
+		}
+		if err != nil && strings.Contains(err.Error(), "a-secret") {
+			t.Errorf("%v: the error names the secret: %v", c.env, err)
+		}
 	}
 }
