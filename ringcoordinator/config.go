@@ -403,10 +403,10 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 	if c.TokenFile != "" {
 		if c.Token != "" {
 			p.Add("coordinator.token-file", "set together with %s: give the token one way", EnvToken)
-		} else if b, err := os.ReadFile(c.TokenFile); err != nil {
+		} else if tok, err := readTokenFile(c.TokenFile); err != nil {
 			p.Add("coordinator.token-file", "%w", err)
 		} else {
-			c.Token = strings.TrimSpace(string(b))
+			c.Token = tok
 		}
 	}
 	c.check(&p)
@@ -414,6 +414,26 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// maxTokenFile bounds the size of a token file.
+const maxTokenFile = 4 << 10
+
+// readTokenFile reads the token in the regular file at path (surrounding
+// white space trimmed); a device, a pipe or a file over 4 KiB is refused.
+func readTokenFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxTokenFile {
+		return "", fmt.Errorf("%s: not a regular file of at most %d bytes", path, maxTokenFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // EffectivePublishOffset is PublishOffset, or half the cycle if 0.

@@ -205,6 +205,10 @@ func TestConfigToken(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "stacksaga.coordinator.token-file:") {
 		t.Fatalf("missing token file: %v", err)
 	}
+	_, err = LoadConfigWithEnv([]byte("stacksaga: {coordinator: {token-file: /dev/zero}}"), nil)
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("device as the token file: %v", err)
+	}
 	if c, err := LoadConfigWithEnv([]byte("stacksaga: {coordinator: {insecure: true}}"), nil); err != nil || c.Validate() != nil {
 		t.Fatalf("insecure: %v", err)
 	}
