@@ -56,13 +56,14 @@ func TestRetryNodesShareTheRing(t *testing.T) {
 		go func() { defer wg.Done(); _ = run(ctx) }()
 	}
 	cyc := ringcoordinator.WithCycle(2 * time.Second)
-	m, err := ringcoordinator.NewMaster(ringcoordinator.WithListen("127.0.0.1:0"), cyc)
+	tok := ringcoordinator.WithToken("orchestrator-ring-test-token")
+	m, err := ringcoordinator.NewMaster(ringcoordinator.WithListen("127.0.0.1:0"), cyc, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runNode(m.Run)
 	for range 2 {
-		s, err := ringcoordinator.NewSlave(ringcoordinator.WithListen("127.0.0.1:0"), ringcoordinator.WithMaster(m.Addr()), cyc)
+		s, err := ringcoordinator.NewSlave(ringcoordinator.WithListen("127.0.0.1:0"), ringcoordinator.WithMaster(m.Addr()), cyc, tok)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +73,7 @@ func TestRetryNodesShareTheRing(t *testing.T) {
 	var conns []*ringcoordinator.Connector
 	var nodes []*orchestrator.Orchestrator[order]
 	for range 4 {
-		c, err := ringcoordinator.NewConnector(ringcoordinator.WithMaster(m.Addr()), cyc)
+		c, err := ringcoordinator.NewConnector(ringcoordinator.WithMaster(m.Addr()), cyc, tok)
 		if err != nil {
 			t.Fatal(err)
 		}

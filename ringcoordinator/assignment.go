@@ -110,7 +110,8 @@ type NodeAssignment struct {
 // holds which range for this minute and the next. A slave that cannot be
 // asked leaves its slices without nodes, with the reason in their Error.
 // Options: WithTransport, WithScope (the region and cluster to ask as;
-// by default the master's own), WithLogger.
+// by default the master's own), WithToken (the ring's, presented to
+// the master and the slaves), WithLogger.
 func FetchAssignment(ctx context.Context, addr string, opts ...Option) (Assignment, error) {
 	o := build(opts)
 	master, err := fetchStatus(ctx, o.transport, addr)

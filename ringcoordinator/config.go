@@ -44,9 +44,12 @@ const (
 //	coordinator.cycle                      Cycle: the publish cycle (1m)
 //	coordinator.publish-offset             PublishOffset: publish instant in a cycle (0: half the cycle, second 30)
 //	coordinator.http.address               HTTPAddr: /healthz and /readyz (":7080"; "off" disables)
-//	agent.master.host / .port              MasterHost, MasterPort: the master's bind address (0.0.0.0:7070)
+//	coordinator.token-file                 TokenFile: a file holding the shared token (see WithToken)
+//	coordinator.insecure                   Insecure: run without a token (false; see WithInsecure)
+//	agent.master.host / .port              MasterHost, MasterPort: the master's bind address (127.0.0.1:7070)
 //	agent.master.lazy-rebalance-cycles     LazyRebalanceCycles (0)
-//	agent.slave.host / .port               SlaveHost, SlavePort: the slave's bind address (0.0.0.0:7071)
+//	agent.master.max-slaves                MaxSlaves: slaves registered at once (256)
+//	agent.slave.host / .port               SlaveHost, SlavePort: the slave's bind address (127.0.0.1:7071)
 //	agent.slave.advertised-host / -port    AdvertisedHost, AdvertisedPort: how orchestrators reach the slave
 //	                                       (default the host name and SlavePort)
 //	agent.slave.target-master.host* / .port*  TargetMasterHost, TargetMasterPort: the slave's master
@@ -57,7 +60,11 @@ const (
 //
 // Each key has an environment override: its full path upper-cased with
 // '.' and '-' turned into '_' (STACKSAGA_INSTANCE_REGION,
-// STACKSAGA_AGENT_SLAVE_TARGET_MASTER_HOST, ...).
+// STACKSAGA_AGENT_SLAVE_TARGET_MASTER_HOST, ...). The token itself is
+// never a YAML key: it comes from the environment variable EnvToken
+// (STACKSAGA_COORDINATOR_TOKEN) or from the file at coordinator.token-file.
+// The hosts bind loopback by default: to bind wider (e.g. 0.0.0.0 in a
+// pod), set them and a token.
 type Config struct {
 	Region, Cluster string
 
@@ -86,6 +93,26 @@ type Config struct {
 	Guard               time.Duration
 
 	MinBackoff, MaxBackoff time.Duration
+
+	// Token is the shared secret (from EnvToken or TokenFile; never
+	// logged). TokenFile is the file it was read from.
+	Token     string
+	TokenFile string
+	// Insecure runs without a token.
+	Insecure  bool
+	MaxSlaves int
+}
+
+// EnvToken is the environment variable holding the coordinator's token.
+const EnvToken = "STACKSAGA_COORDINATOR_TOKEN"
+
+// String describes c without its token.
+func (c Config) String() string {
+	if c.Token != "" {
+		c.Token = "[redacted]"
+	}
+	type plain Config
+	return fmt.Sprintf("%+v", plain(c))
 }
 
 // DefaultConfig returns the defaults.
@@ -94,8 +121,9 @@ func DefaultConfig() Config {
 		Region: DefaultRegion, Cluster: DefaultCluster,
 		Role: RoleMasterSlave, Ordinal: -1,
 		Cycle: DefaultCycle, HTTPAddr: DefaultHTTPAddr,
-		MasterHost: "0.0.0.0", MasterPort: DefaultMasterPort,
-		SlaveHost: "0.0.0.0", SlavePort: DefaultSlavePort,
+		MasterHost: "127.0.0.1", MasterPort: DefaultMasterPort,
+		SlaveHost: "127.0.0.1", SlavePort: DefaultSlavePort,
+		MaxSlaves:        DefaultMaxSlaves,
 		TargetMasterHost: "localhost", TargetMasterPort: DefaultMasterPort,
 		ConnectorMasterPort: DefaultMasterPort,
 		MinBackoff:          DefaultMinBackoff, MaxBackoff: DefaultMaxBackoff,
@@ -169,10 +197,15 @@ func (c Config) Roles(hostname string) (master, slave bool, err error) {
 	return ord == 0, ord != 0, nil
 }
 
-// Validate reports every problem of c at once, each naming its key.
+// Validate reports every problem of c at once, each naming its key. Unlike
+// LoadConfig it also requires what a process running a role needs: a token,
+// or Insecure.
 func (c Config) Validate() error {
 	p := yamlconfig.Problems{Prefix: "stacksaga."}
 	c.check(&p)
+	if c.Token == "" && !c.Insecure {
+		p.Add("coordinator.token-file", "no token: set %s or coordinator.token-file, or coordinator.insecure: true to run unauthenticated", EnvToken)
+	}
 	return p.Err(ErrInvalidConfig)
 }
 
@@ -218,6 +251,16 @@ func (c Config) check(p *yamlconfig.Problems) {
 	}
 	if c.MaxBackoff < c.MinBackoff {
 		p.Add("agent.reconnect.max-backoff", "must be at least min-backoff (%v), got %v", c.MinBackoff, c.MaxBackoff)
+	}
+	if c.MaxSlaves <= 0 {
+		p.Add("agent.master.max-slaves", "must be positive, got %d", c.MaxSlaves)
+	}
+	if c.Token != "" && len(c.Token) < MinTokenLength {
+		key := "coordinator.token-file"
+		if c.TokenFile == "" {
+			key = "coordinator.token (" + EnvToken + ")"
+		}
+		p.Add(key, "the token must be at least %d bytes, got %d", MinTokenLength, len(c.Token))
 	}
 }
 
@@ -282,9 +325,12 @@ var keys = []key{
 	{"coordinator.cycle", duration(func(c *Config) *time.Duration { return &c.Cycle })},
 	{"coordinator.publish-offset", duration(func(c *Config) *time.Duration { return &c.PublishOffset })},
 	{"coordinator.http.address", str(func(c *Config) *string { return &c.HTTPAddr })},
+	{"coordinator.token-file", str(func(c *Config) *string { return &c.TokenFile })},
+	{"coordinator.insecure", boolean(func(c *Config) *bool { return &c.Insecure })},
 	{"agent.master.host", str(func(c *Config) *string { return &c.MasterHost })},
 	{"agent.master.port", integer(func(c *Config) *int { return &c.MasterPort })},
 	{"agent.master.lazy-rebalance-cycles", integer(func(c *Config) *int { return &c.LazyRebalanceCycles })},
+	{"agent.master.max-slaves", integer(func(c *Config) *int { return &c.MaxSlaves })},
 	{"agent.slave.host", str(func(c *Config) *string { return &c.SlaveHost })},
 	{"agent.slave.port", integer(func(c *Config) *int { return &c.SlavePort })},
 	{"agent.slave.advertised-host", str(func(c *Config) *string { return &c.AdvertisedHost })},
@@ -351,11 +397,43 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 			p.Append(yamlconfig.EnvError(k.env(), "stacksaga."+k.path, err))
 		}
 	}
+	if v, ok := get(EnvToken); ok {
+		c.Token = v
+	}
+	if c.TokenFile != "" {
+		if c.Token != "" {
+			p.Add("coordinator.token-file", "set together with %s: give the token one way", EnvToken)
+		} else if tok, err := readTokenFile(c.TokenFile); err != nil {
+			p.Add("coordinator.token-file", "%w", err)
+		} else {
+			c.Token = tok
+		}
+	}
 	c.check(&p)
 	if err := p.Err(ErrInvalidConfig); err != nil {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// maxTokenFile bounds the size of a token file.
+const maxTokenFile = 4 << 10
+
+// readTokenFile reads the token in the regular file at path (surrounding
+// white space trimmed); a device, a pipe or a file over 4 KiB is refused.
+func readTokenFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxTokenFile {
+		return "", fmt.Errorf("%s: not a regular file of at most %d bytes", path, maxTokenFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // EffectivePublishOffset is PublishOffset, or half the cycle if 0.

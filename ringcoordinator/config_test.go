@@ -2,6 +2,9 @@ package ringcoordinator
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +15,20 @@ func env(m map[string]string) func(string) (string, bool) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	c, err := LoadConfigWithEnv(nil, nil)
+	c, err := LoadConfigWithEnv(nil, env(map[string]string{EnvToken: testToken}))
+	if err == nil {
+		err = c.Validate()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c != DefaultConfig() {
-		t.Fatalf("empty document: %+v, want the defaults %+v", c, DefaultConfig())
+	want := DefaultConfig()
+	want.Token = testToken
+	if c != want {
+		t.Fatalf("empty document: %+v, want the defaults %+v", c, want)
 	}
-	if c.EffectivePublishOffset() != 30*time.Second || c.EffectiveGuard() != 2*time.Second || c.MasterListenAddr() != "0.0.0.0:7070" ||
+	if c.EffectivePublishOffset() != 30*time.Second || c.EffectiveGuard() != 2*time.Second || c.MasterListenAddr() != "127.0.0.1:7070" ||
+		c.SlaveListenAddr() != "127.0.0.1:7071" ||
 		c.TargetMasterAddr() != "localhost:7070" || c.ConnectorMasterAddr() != "" {
 		t.Fatalf("defaults: %+v", c)
 	}
@@ -55,6 +64,7 @@ stacksaga:
 		"STACKSAGA_AGENT_RECONNECT_MAX_BACKOFF": "PT3S",
 		"STACKSAGA_AGENT_SLAVE_PORT":            " 7200 ",
 		"STACKSAGA_AGENT_MASTER_HOST":           "",
+		"STACKSAGA_COORDINATOR_INSECURE":        "true",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +80,7 @@ stacksaga:
 	want.TargetMasterHost, want.TargetMasterPort = "coordinator-0.coordinator", 7100
 	want.ConnectorMasterHost = "coordinator-0.coordinator"
 	want.MaxBackoff = 3 * time.Second
+	want.Insecure = true
 	if c != want {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
 	}
@@ -157,5 +168,48 @@ func TestConfigRoles(t *testing.T) {
 	c.Ordinal = 0
 	if m, s, _ := c.Roles("laptop"); !m || s {
 		t.Fatal("ordinal 0 is not the master")
+	}
+}
+
+// TestConfigToken: the token comes from the environment or a file, never
+// from the document; without one (and without insecure) the configuration
+// is refused naming the key, a short one too; Config's String hides it.
+func TestConfigToken(t *testing.T) {
+	c, err := LoadConfigWithEnv(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "stacksaga.coordinator.token-file: no token") {
+		t.Fatalf("no token: %v", err)
+	}
+	_, err = LoadConfigWithEnv(nil, env(map[string]string{EnvToken: "short"}))
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "at least 16 bytes") || strings.Contains(err.Error(), "short") {
+		t.Fatalf("short token: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err = LoadConfigWithEnv([]byte("stacksaga: {coordinator: {token-file: "+file+"}, agent: {master: {max-slaves: 3}}}"), nil)
+	if err != nil || c.Token != testToken || c.MaxSlaves != 3 {
+		t.Fatalf("token file: %+v %v", c, err)
+	}
+	if strings.Contains(c.String(), testToken) || strings.Contains(fmt.Sprint(c), testToken) {
+		t.Fatalf("String shows the token: %s", c)
+	}
+	_, err = LoadConfigWithEnv([]byte("stacksaga: {coordinator: {token-file: "+file+"}}"), env(map[string]string{EnvToken: testToken}))
+	if err == nil || !strings.Contains(err.Error(), "stacksaga.coordinator.token-file: set together with") {
+		t.Fatalf("token twice: %v", err)
+	}
+	_, err = LoadConfigWithEnv([]byte("stacksaga: {coordinator: {token-file: /nonexistent/token}}"), nil)
+	if err == nil || !strings.Contains(err.Error(), "stacksaga.coordinator.token-file:") {
+		t.Fatalf("missing token file: %v", err)
+	}
+	_, err = LoadConfigWithEnv([]byte("stacksaga: {coordinator: {token-file: /dev/zero}}"), nil)
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("device as the token file: %v", err)
+	}
+	if c, err := LoadConfigWithEnv([]byte("stacksaga: {coordinator: {insecure: true}}"), nil); err != nil || c.Validate() != nil {
+		t.Fatalf("insecure: %v", err)
 	}
 }

@@ -88,7 +88,7 @@ const maxHistory = 4096
 // NewConnector returns a connector to the master given by WithMaster.
 // Options: WithScope, WithMaster, WithGuard, WithCycle (the master's: it
 // also derives the default guard), WithBackoff, WithNodeID, WithClock, WithLogger,
-// WithTransport, WithConfig.
+// WithToken, WithInsecure, WithTransport, WithConfig.
 func NewConnector(opts ...Option) (*Connector, error) {
 	o := build(opts)
 	if err := o.validate("connector", true); err != nil {

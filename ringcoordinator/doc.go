@@ -15,6 +15,15 @@
 // the extra tokens go to the parts the ceiling gives them (the first of 3
 // slaves in the seed's table), and the last part always ends at Max.
 //
+// # Security
+//
+// Over RSocket every connection's setup carries the ring's shared token
+// ([WithToken]); a peer without it is refused at setup. A role refuses to
+// start without a token unless [WithInsecure]. Addresses default to
+// loopback. The master refuses a slave id live on another connection, a
+// second slave on one connection and slaves beyond [WithMaxSlaves]; a
+// message over [MaxMessageSize] is refused undecoded.
+//
 // # Roles
 //
 // Three roles cooperate over RSocket (any [Transport]; [RSocketTransport] is

@@ -2,6 +2,7 @@ package ringcoordinator_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -92,12 +93,13 @@ func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	master, err := ringcoordinator.NewMaster(ringcoordinator.WithListen("127.0.0.1:7070"),
+	token := ringcoordinator.WithToken(os.Getenv(ringcoordinator.EnvToken)) // the same on every node
+	master, err := ringcoordinator.NewMaster(ringcoordinator.WithListen("127.0.0.1:7070"), token,
 		ringcoordinator.WithScope("us-central", "us-central-c1"))
 	if err != nil {
 		panic(err)
 	}
-	slave, err := ringcoordinator.NewSlave(ringcoordinator.WithListen("127.0.0.1:7071"),
+	slave, err := ringcoordinator.NewSlave(ringcoordinator.WithListen("127.0.0.1:7071"), token,
 		ringcoordinator.WithMaster(master.Addr()), ringcoordinator.WithScope("us-central", "us-central-c1"))
 	if err != nil {
 		panic(err)
@@ -105,7 +107,7 @@ func Example() {
 	go func() { _ = master.Run(ctx) }()
 	go func() { _ = slave.Run(ctx) }()
 
-	conn, err := ringcoordinator.NewConnector(ringcoordinator.WithMaster("127.0.0.1:7070"),
+	conn, err := ringcoordinator.NewConnector(ringcoordinator.WithMaster("127.0.0.1:7070"), token,
 		ringcoordinator.WithScope("us-central", "us-central-c1"))
 	if err != nil {
 		panic(err)

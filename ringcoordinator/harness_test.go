@@ -31,6 +31,9 @@ const (
 // TestMain doubles as a slave process for the integration tests: run with
 // RINGCOORDINATOR_TEST_HELPER=slave, it serves a slave on 127.0.0.1:0,
 // prints "ADDR <addr> ID <id>" and runs until killed or its stdin closes.
+// testToken is the shared token of the tests' nodes.
+const testToken = "ringcoordinator-test-token"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(envHelper) == "slave" {
 		os.Exit(helperSlave())
@@ -48,7 +51,7 @@ func helperSlave() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	s, err := NewSlave(WithMaster(os.Getenv(envHelperMaster)), WithScope(region, cluster), WithCycle(cycle),
+	s, err := NewSlave(WithMaster(os.Getenv(envHelperMaster)), WithToken(testToken), WithScope(region, cluster), WithCycle(cycle),
 		WithBackoff(50*time.Millisecond, 300*time.Millisecond),
 		WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	if err != nil {

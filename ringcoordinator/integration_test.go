@@ -27,7 +27,7 @@ func TestIntegrationRSocket(t *testing.T) {
 	testenv.Long(t, "integration test over RSocket (about 30s)")
 	t.Cleanup(func() { checkNoLeaks(t) })
 	const cycle = 2 * time.Second
-	tp := RSocketTransport{KeepAlive: 500 * time.Millisecond, KeepAliveLifetime: 3 * time.Second}
+	tp := RSocketTransport{KeepAlive: 500 * time.Millisecond, KeepAliveLifetime: 3 * time.Second}.withAuth(testToken, nil)
 	newMaster := func(addr string) (*Master, *runner) {
 		m, err := NewMaster(WithTransport(tp), WithListen(addr), WithCycle(cycle), WithLogger(testLogger(t)))
 		if err != nil {

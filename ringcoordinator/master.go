@@ -41,8 +41,9 @@ type slot struct {
 
 type slaveEntry struct {
 	id, addr string
-	out      *queue // slices to push on its stream
-	nodes    int    // orchestrators streaming from it, as it last said
+	conn     *connID // the connection it registered on (nil: none known)
+	out      *queue  // slices to push on its stream
+	nodes    int     // orchestrators streaming from it, as it last said
 }
 
 type publication struct {
@@ -55,7 +56,8 @@ const maxPublications = 4
 
 // NewMaster binds the master's address (WithListen) and returns it ready
 // to Run. Options: WithScope, WithListen, WithCycle, WithPublishOffset,
-// WithLazyRebalance, WithClock, WithLogger, WithTransport, WithConfig.
+// WithLazyRebalance, WithMaxSlaves, WithToken, WithInsecure, WithClock,
+// WithLogger, WithTransport, WithConfig.
 func NewMaster(opts ...Option) (*Master, error) {
 	o := build(opts)
 	if err := o.validate("master", false); err != nil {
@@ -200,25 +202,43 @@ func trimHeld(slots []*slot) []*slot {
 }
 
 // addSlave puts e in the registry: in place of a live entry with the same
-// id (a slave re-registering before its old stream was noticed gone), else
-// in the first held slot, else at the end.
-func (m *Master) addSlave(e *slaveEntry) {
+// id registered on the same connection or on one that is gone (a slave
+// re-registering before its old stream was noticed gone), else in the
+// first held slot, else at the end. It refuses a second slave on one
+// connection, an id live on another connection, and a slave beyond the
+// cap.
+func (m *Master) addSlave(e *slaveEntry) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	live := 0
 	for _, s := range m.slots {
-		if s.e != nil && s.e.id == e.id {
+		if s.e == nil {
+			continue
+		}
+		live++
+		if s.e.id == e.id {
+			if s.e.conn != nil && s.e.conn != e.conn && s.e.conn.ctx.Err() == nil {
+				return fmt.Errorf("%w: slave %s is registered on another live connection", ErrRegistrationRefused, e.id)
+			}
 			s.e.out.close(errors.New("replaced by a new registration"))
 			s.e = e
-			return
+			return nil
 		}
+		if e.conn != nil && s.e.conn == e.conn {
+			return fmt.Errorf("%w: one slave per connection (slave %s is registered on it)", ErrRegistrationRefused, s.e.id)
+		}
+	}
+	if live >= m.o.maxSlaves {
+		return fmt.Errorf("%w: the master has %d slaves, its limit", ErrRegistrationRefused, live)
 	}
 	for _, s := range m.slots {
 		if s.e == nil {
 			s.e = e
-			return
+			return nil
 		}
 	}
 	m.slots = append(m.slots, &slot{e: e})
+	return nil
 }
 
 // removeSlave takes e out of the registry: its slot is held unless it was
@@ -238,7 +258,7 @@ func (m *Master) removeSlave(e *slaveEntry) {
 
 // RequestResponse answers orchestrators asking for a slave and status
 // queries. It implements Handler.
-func (m *Master) RequestResponse(_ context.Context, req []byte) ([]byte, error) {
+func (m *Master) RequestResponse(ctx context.Context, req []byte) ([]byte, error) {
 	typ, err := decode(req, "", nil)
 	if err != nil {
 		return nil, err
@@ -257,7 +277,7 @@ func (m *Master) RequestResponse(_ context.Context, req []byte) ([]byte, error) 
 		if _, err := decode(req, msgNodes, &n); err != nil {
 			return nil, err
 		}
-		return m.setNodes(n)
+		return m.setNodes(connIDOf(ctx), n)
 	default:
 		return nil, fmt.Errorf("%w: master does not answer %q requests", ErrBadMessage, typ)
 	}
@@ -288,7 +308,8 @@ func (m *Master) assign(a assignMsg) ([]byte, error) {
 }
 
 // setNodes records how many orchestrators stream from a registered slave.
-func (m *Master) setNodes(n nodesMsg) ([]byte, error) {
+// Only the connection the slave registered on may.
+func (m *Master) setNodes(conn *connID, n nodesMsg) ([]byte, error) {
 	if err := checkScope(scopeOf(&m.o), n.scopeMsg, "slave "+n.SlaveID); err != nil {
 		return nil, err
 	}
@@ -299,6 +320,9 @@ func (m *Master) setNodes(n nodesMsg) ([]byte, error) {
 	defer m.mu.Unlock()
 	for _, s := range m.slots {
 		if s.e != nil && s.e.id == n.SlaveID {
+			if s.e.conn != nil && s.e.conn != conn {
+				return nil, fmt.Errorf("%w: slave %s is registered on another connection", ErrRegistrationRefused, n.SlaveID)
+			}
 			s.e.nodes = n.Nodes
 			return encode(msgNodes, nil), nil
 		}
@@ -320,8 +344,11 @@ func (m *Master) RequestStream(ctx context.Context, req []byte, send func([]byte
 	if r.SlaveID == "" || r.Addr == "" || r.Nodes < 0 {
 		return fmt.Errorf("%w: a slave registers with an id, an address and its number of orchestrators", ErrBadMessage)
 	}
-	e := &slaveEntry{id: r.SlaveID, addr: r.Addr, out: newQueue(), nodes: r.Nodes}
-	m.addSlave(e)
+	e := &slaveEntry{id: r.SlaveID, addr: r.Addr, out: newQueue(), nodes: r.Nodes, conn: connIDOf(ctx)}
+	if err := m.addSlave(e); err != nil {
+		m.o.log.Warn("ringcoordinator: master refused a slave", "slave", r.SlaveID, "addr", r.Addr, "err", err)
+		return err
+	}
 	m.o.log.Info("ringcoordinator: slave registered", "slave", e.id, "addr", e.addr)
 	defer func() {
 		m.removeSlave(e)

@@ -26,6 +26,9 @@ type options struct {
 	now             func() time.Time
 	log             *slog.Logger
 	transport       Transport
+	token           string // shared secret checked at connection setup
+	insecure        bool   // run without a token, explicitly
+	maxSlaves       int    // master
 }
 
 func defaultOptions() options {
@@ -38,6 +41,7 @@ func defaultOptions() options {
 		now:        time.Now,
 		log:        slog.Default(),
 		transport:  RSocketTransport{},
+		maxSlaves:  DefaultMaxSlaves,
 	}
 }
 
@@ -50,6 +54,13 @@ const (
 	DefaultMaxBackoff = 10 * time.Second
 	// MinCycle is the shortest publish cycle accepted (for tests and demos).
 	MinCycle = 500 * time.Millisecond
+	// MinTokenLength is the shortest shared secret WithToken accepts.
+	MinTokenLength = 16
+	// DefaultMaxSlaves bounds the slaves a master registers at once.
+	DefaultMaxSlaves = 256
+	// MaxMessageSize bounds a message a node accepts: a longer request is
+	// refused before it is decoded.
+	MaxMessageSize = 64 << 10
 )
 
 // DefaultPublishOffset returns the publish instant within a cycle: second
@@ -61,7 +72,8 @@ func DefaultPublishOffset(cycle time.Duration) time.Duration { return cycle / 2 
 func DefaultGuard(cycle time.Duration) time.Duration { return cycle / 30 }
 
 // WithConfig applies c (from LoadConfig): region, cluster, cycle, publish
-// offset, lazy rebalance, backoff and the guard (0 offset and guard derive
+// offset, lazy rebalance, backoff, the guard, the token (or insecure) and
+// the slave cap (0 offset and guard derive
 // from the cycle). Addresses are role
 // specific and are not taken from it: use WithListen, WithAdvertise and
 // WithMaster (Config.MasterListenAddr and its siblings give them).
@@ -72,6 +84,10 @@ func WithConfig(c Config) Option {
 		o.lazy = c.LazyRebalanceCycles
 		o.minBackoff, o.maxBackoff = c.MinBackoff, c.MaxBackoff
 		o.guard = c.Guard
+		o.token, o.insecure = c.Token, c.Insecure
+		if c.MaxSlaves > 0 {
+			o.maxSlaves = c.MaxSlaves
+		}
 	}
 }
 
@@ -127,6 +143,23 @@ func WithBackoff(minimum, maximum time.Duration) Option {
 // per instance). Ids must be unique within a cluster.
 func WithNodeID(id string) Option { return func(o *options) { o.nodeID = id } }
 
+// WithToken sets the shared secret (at least MinTokenLength bytes) that
+// every node of a ring presents when it opens a connection and checks on
+// the connections it accepts: a peer without it, or with another one, is
+// refused at connection setup. Every node of a ring needs the same token.
+// A Master, Slave or Connector on the RSocket transport refuses to start
+// without a token unless WithInsecure is given. The token is never logged.
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithInsecure lets a Master, Slave or Connector run without a token: any
+// peer that reaches its address is accepted. It logs a warning at start.
+// Use it only on loopback or a network where every peer is trusted.
+func WithInsecure() Option { return func(o *options) { o.insecure = true } }
+
+// WithMaxSlaves bounds the slaves a Master registers at once (default
+// DefaultMaxSlaves); a registration beyond it is refused.
+func WithMaxSlaves(n int) Option { return func(o *options) { o.maxSlaves = n } }
+
 // WithClock sets the clock. Default time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(o *options) {
@@ -169,7 +202,37 @@ func build(opts []Option) options {
 	if o.listen == "" {
 		o.listen = "127.0.0.1:0"
 	}
+	if at, ok := o.transport.(authTransport); ok {
+		o.transport = at.withAuth(o.token, o.log)
+	}
 	return o
+}
+
+// authTransport is a transport that authenticates its connections with the
+// token (RSocketTransport): a role on it needs a token or WithInsecure.
+type authTransport interface {
+	// withAuth returns the transport with the token (unless "") and the
+	// logger (unless it has one).
+	withAuth(token string, log *slog.Logger) Transport
+	hasToken() bool
+}
+
+// checkAuth reports a token that is too short, or a missing one on a
+// transport that authenticates, unless the role runs insecure (then it
+// logs a warning).
+func (o *options) checkAuth(role string) error {
+	if o.token != "" && len(o.token) < MinTokenLength {
+		return fmt.Errorf("ringcoordinator: %s: the token must be at least %d bytes, got %d", role, MinTokenLength, len(o.token))
+	}
+	if at, ok := o.transport.(authTransport); !ok || at.hasToken() {
+		return nil
+	}
+	if !o.insecure {
+		return fmt.Errorf("ringcoordinator: %s: no token: set one with WithToken (stacksaga.coordinator.token-file or the environment variable %s), "+
+			"or run unauthenticated with WithInsecure (stacksaga.coordinator.insecure: true)", role, EnvToken)
+	}
+	o.log.Warn("ringcoordinator: running without a token (insecure): any peer that reaches this node is accepted", "role", role)
+	return nil
 }
 
 // validate reports every problem of o for a role that needs a master
@@ -199,6 +262,12 @@ func (o *options) validate(role string, needMaster bool) error {
 	}
 	if needMaster && o.master == "" {
 		add("no master address (WithMaster)")
+	}
+	if o.maxSlaves <= 0 {
+		add("max slaves must be positive, got %d", o.maxSlaves)
+	}
+	if err := o.checkAuth(role); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

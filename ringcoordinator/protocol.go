@@ -27,6 +27,10 @@ var (
 	ErrNoSlave = errors.New("ringcoordinator: no slave registered with the master")
 	// ErrBadMessage: a message that cannot be decoded or makes no sense.
 	ErrBadMessage = errors.New("ringcoordinator: bad message")
+	// ErrRegistrationRefused: a slave's registration the master refuses
+	// (its id is live on another connection, its connection registered a
+	// slave already, or the master has its maximum of slaves).
+	ErrRegistrationRefused = errors.New("ringcoordinator: registration refused")
 )
 
 // PeerError is an error reported by the other end of a request (its
@@ -40,7 +44,7 @@ func (e *PeerError) Error() string { return "peer: " + e.Message }
 
 // Is matches the package's sentinel errors by their message.
 func (e *PeerError) Is(target error) bool {
-	for _, s := range []error{ErrUnsupportedVersion, ErrForeignCluster, ErrNoSlave, ErrBadMessage} {
+	for _, s := range []error{ErrUnsupportedVersion, ErrForeignCluster, ErrNoSlave, ErrBadMessage, ErrRegistrationRefused} {
 		if target == s && strings.Contains(e.Message, s.Error()) {
 			return true
 		}
@@ -157,6 +161,9 @@ func encode(typ string, body any) []byte {
 // body (skipped if nil) and returns its type. A version other than
 // ProtocolVersion is refused first, whatever the rest.
 func decode(data []byte, want string, body any) (string, error) {
+	if len(data) > MaxMessageSize {
+		return "", fmt.Errorf("%w: %d bytes, more than %d", ErrBadMessage, len(data), MaxMessageSize)
+	}
 	var env envelope
 	if err := json.Unmarshal(data, &env); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrBadMessage, err)

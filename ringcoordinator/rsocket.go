@@ -2,6 +2,8 @@ package ringcoordinator
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,7 +49,25 @@ type RSocketTransport struct {
 	// ConnectTimeout bounds a dial (DefaultConnectTimeout; a dial's
 	// context deadline applies as well).
 	ConnectTimeout time.Duration
+
+	// token (set by the roles from WithToken) is sent in the metadata of
+	// every connection's setup frame, and required in the setup of every
+	// accepted connection; "" sends none and accepts any.
+	token string
+	log   *slog.Logger
 }
+
+func (t RSocketTransport) withAuth(token string, log *slog.Logger) Transport {
+	if token != "" {
+		t.token = token
+	}
+	if t.log == nil {
+		t.log = log
+	}
+	return t
+}
+
+func (t RSocketTransport) hasToken() bool { return t.token != "" }
 
 // Listen binds addr on TCP.
 func (t RSocketTransport) Listen(addr string, h Handler) (Listener, error) {
@@ -55,11 +75,37 @@ func (t RSocketTransport) Listen(addr string, h Handler) (Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ringcoordinator: listen %s: %w", addr, err)
 	}
-	return &rsListener{ln: ln, h: h, served: make(chan struct{})}, nil
+	log := t.log
+	if log == nil {
+		log = slog.Default()
+	}
+	l := &rsListener{ln: ln, h: h, served: make(chan struct{}), log: log}
+	if t.token != "" {
+		d := sha256.Sum256([]byte(t.token))
+		l.digest = d[:]
+	}
+	return l, nil
+}
+
+// errSetupRefused is the refusal of a connection whose setup does not
+// carry the token; it names no token.
+var errSetupRefused = errors.New("ringcoordinator: connection refused: missing or wrong token")
+
+// authorized reports whether a setup's metadata carries the listener's
+// token (always, when it has none), comparing digests in constant time.
+func (l *rsListener) authorized(setup payload.SetupPayload) bool {
+	if l.digest == nil {
+		return true
+	}
+	md, _ := setup.Metadata()
+	d := sha256.Sum256(md)
+	return subtle.ConstantTimeCompare(d[:], l.digest) == 1
 }
 
 type rsListener struct {
 	ln     net.Listener
+	digest []byte // sha256 of the token; nil: no token required
+	log    *slog.Logger
 	h      Handler
 	g      group
 	mu     sync.Mutex
@@ -105,8 +151,17 @@ func (l *rsListener) Serve(ctx context.Context) error {
 	served := make(chan error, 1)
 	go func() {
 		served <- rsocket.Receive().
-			Acceptor(func(_ context.Context, _ payload.SetupPayload, peer rsocket.CloseableRSocket) (rsocket.RSocket, error) {
+			Acceptor(func(_ context.Context, setup payload.SetupPayload, peer rsocket.CloseableRSocket) (rsocket.RSocket, error) {
+				if !l.authorized(setup) {
+					var addr string
+					if a, ok := peer.(interface{ Addr() (string, bool) }); ok {
+						addr, _ = a.Addr()
+					}
+					l.log.Warn("ringcoordinator: refused a connection at setup: missing or wrong token", "addr", l.Addr(), "peer", addr)
+					return nil, errSetupRefused
+				}
 				conn, connCancel := context.WithCancel(hctx)
+				conn = withConnID(conn)
 				peer.OnClose(func(error) { connCancel() })
 				return l.responder(conn), nil
 			}).
@@ -335,10 +390,20 @@ func (t RSocketTransport) Dial(ctx context.Context, addr string) (Conn, error) {
 	lost := make(chan struct{})
 	var once sync.Once
 	c := &rsConn{cancel: cancel, lost: lost}
+	setup := payload.New(nil, nil)
+	if t.token != "" {
+		setup = payload.New(nil, []byte(t.token))
+	}
 	cli, err := rsocket.Connect().
+		SetupPayload(setup).
 		KeepAlive(keep, life, 1).
 		ConnectTimeout(timeout).
-		OnClose(func(error) { once.Do(func() { close(lost) }) }).
+		OnClose(func(err error) {
+			once.Do(func() {
+				c.closeErr = err
+				close(lost)
+			})
+		}).
 		Transport(rsocket.TCPClient().SetAddr(addr).Build()).
 		Start(connCtx)
 	if !stop() || err != nil {
@@ -354,21 +419,36 @@ func (t RSocketTransport) Dial(ctx context.Context, addr string) (Conn, error) {
 }
 
 type rsConn struct {
-	cli    rsocket.Client
-	cancel context.CancelFunc
-	lost   chan struct{} // closed when the connection closes
+	cli      rsocket.Client
+	cancel   context.CancelFunc
+	lost     chan struct{} // closed when the connection closes
+	closeErr error         // why it closed (set before lost is closed)
+}
+
+// lostErr is the error of a request on a closed connection: the reason
+// (a refused setup) when there is one.
+func (c *rsConn) lostErr() error {
+	if c.closeErr != nil {
+		return wireError(c.closeErr)
+	}
+	return errConnClosed
 }
 
 func (c *rsConn) RequestResponse(ctx context.Context, req []byte) ([]byte, error) {
 	select {
 	case <-c.lost:
-		return nil, errConnClosed
+		return nil, c.lostErr()
 	default:
 	}
 	p, err := c.cli.RequestResponse(payload.New(clone(req), nil)).Block(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		select {
+		case <-c.lost:
+			return nil, c.lostErr()
+		default:
 		}
 		return nil, wireError(err)
 	}
@@ -386,7 +466,7 @@ func (c *rsConn) RequestResponse(ctx context.Context, req []byte) ([]byte, error
 func (c *rsConn) RequestStream(ctx context.Context, req []byte, recv func([]byte) error) error {
 	select {
 	case <-c.lost:
-		return errConnClosed
+		return c.lostErr()
 	default:
 	}
 	q := newQueue()
@@ -399,6 +479,9 @@ func (c *rsConn) RequestStream(ctx context.Context, req []byte, recv func([]byte
 		rx.OnComplete(func() { q.close(nil) }),
 	)
 	err := q.pump(ctx, c.lost, recv)
+	if err == errConnClosed { //nolint:errorlint // pump's own loss, unwrapped
+		err = c.lostErr()
+	}
 	if _, done, _ := q.drain(); !done {
 		_ = c.Close()
 	}

@@ -66,7 +66,7 @@ type nodePart struct {
 // Run. It needs its master (WithMaster) and the master's cycle
 // (WithCycle). Options: WithScope, WithListen, WithAdvertise, WithMaster,
 // WithCycle, WithBackoff, WithNodeID, WithClock,
-// WithLogger, WithTransport, WithConfig.
+// WithToken, WithInsecure, WithLogger, WithTransport, WithConfig.
 func NewSlave(opts ...Option) (*Slave, error) {
 	o := build(opts)
 	if err := o.validate("slave", true); err != nil {

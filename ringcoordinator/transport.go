@@ -64,6 +64,27 @@ type Conn interface {
 	Close() error
 }
 
+// connID identifies an accepted connection; the transports put one in the
+// context they give the handler for each connection's requests.
+type connID struct{ ctx context.Context } // the connection's context
+
+type connKey struct{}
+
+// withConnID returns a child of ctx carrying a fresh connection identity;
+// call it on the connection's own context.
+func withConnID(ctx context.Context) context.Context {
+	id := &connID{}
+	ctx = context.WithValue(ctx, connKey{}, id)
+	id.ctx = ctx
+	return ctx
+}
+
+// connIDOf returns the connection identity in ctx (nil if none).
+func connIDOf(ctx context.Context) *connID {
+	id, _ := ctx.Value(connKey{}).(*connID)
+	return id
+}
+
 // errConnClosed reports a connection that closed under a request.
 var errConnClosed = errors.New("ringcoordinator: connection closed")
 
@@ -229,6 +250,7 @@ func (t *MemoryTransport) Dial(ctx context.Context, addr string) (Conn, error) {
 		return nil, fmt.Errorf("ringcoordinator: memory transport: dial %s: connection refused", addr)
 	}
 	cctx, cancel := context.WithCancel(l.ctx)
+	cctx = withConnID(cctx)
 	return &memConn{l: l, ctx: cctx, cancel: cancel}, nil
 }
 

@@ -92,7 +92,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // transports runs f against both transports.
 func transports(t *testing.T, f func(t *testing.T, tp Transport)) {
-	t.Run("rsocket", func(t *testing.T) { f(t, RSocketTransport{}) })
+	t.Run("rsocket", func(t *testing.T) { f(t, RSocketTransport{}.withAuth(testToken, nil)) })
 	t.Run("memory", func(t *testing.T) { f(t, NewMemoryTransport()) })
 }
 

@@ -18,6 +18,13 @@
 // --cycle shortens the minute for demos (e.g. 10s, publishing at its
 // midpoint).
 //
+// Every node of the ring presents a shared token (16 bytes or more) from the
+// environment variable STACKSAGA_COORDINATOR_TOKEN or the file named by
+// stacksaga.coordinator.token-file (never a flag); without one the process
+// refuses to start unless stacksaga.coordinator.insecure is true. The roles
+// bind 127.0.0.1 unless --master-listen / --slave-listen (or the host keys)
+// say otherwise.
+//
 // HTTP: /healthz answers 200 while the process runs; /readyz answers 200
 // once every role is ready (the master serving, the slave registered with
 // its master) and 503 before, both with the current assignment as JSON.

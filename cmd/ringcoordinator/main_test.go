@@ -29,6 +29,17 @@ func TestMain(m *testing.M) {
 
 func noEnv(string) (string, bool) { return "", false }
 
+// testToken is the coordinator token of the tests.
+const testToken = "ringcoordinator-cmd-test-token"
+
+// tokenOnly is an environment holding only the token.
+func tokenOnly(k string) (string, bool) {
+	if k == ringcoordinator.EnvToken {
+		return testToken, true
+	}
+	return "", false
+}
+
 func TestResolveFlagsOverEnvOverFile(t *testing.T) {
 	dir := t.TempDir()
 	path := dir + "/stacksaga.yaml"
@@ -41,7 +52,7 @@ stacksaga:
 		t.Fatal(err)
 	}
 	lookup := func(k string) (string, bool) {
-		v, ok := map[string]string{"STACKSAGA_INSTANCE_CLUSTER": "c2", "STACKSAGA_AGENT_MASTER_PORT": "7200"}[k]
+		v, ok := map[string]string{"STACKSAGA_INSTANCE_CLUSTER": "c2", "STACKSAGA_AGENT_MASTER_PORT": "7200", ringcoordinator.EnvToken: testToken}[k]
 		return v, ok
 	}
 	s, err := resolve([]string{"--config", path, "--cycle", "10s", "--region", "us", "--advertise", "slave-1:7300"}, lookup, io.Discard)
@@ -55,11 +66,11 @@ stacksaga:
 	}
 
 	// index-based from the host name
-	s, err = resolve([]string{"--index-based", "--hostname", "coordinator-0"}, noEnv, io.Discard)
+	s, err = resolve([]string{"--index-based", "--hostname", "coordinator-0"}, tokenOnly, io.Discard)
 	if err != nil || !s.master || s.slave {
 		t.Fatalf("coordinator-0: master %v slave %v err %v", s.master, s.slave, err)
 	}
-	s, err = resolve([]string{"--index-based", "--hostname", "coordinator-2"}, noEnv, io.Discard)
+	s, err = resolve([]string{"--index-based", "--hostname", "coordinator-2"}, tokenOnly, io.Discard)
 	if err != nil || s.master || !s.slave {
 		t.Fatalf("coordinator-2: master %v slave %v err %v", s.master, s.slave, err)
 	}
@@ -69,16 +80,22 @@ func TestUsageErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
+		env  func(string) (string, bool)
 	}{
-		{[]string{"--nope"}, "flag provided but not defined"},
-		{[]string{"--role", "boss"}, "stacksaga.coordinator.deploy.role"},
-		{[]string{"--cycle", "100ms"}, "stacksaga.coordinator.cycle"},
-		{[]string{"--index-based", "--hostname", "laptop"}, "stacksaga.coordinator.deploy.ordinal"},
-		{[]string{"--master-listen", "nope"}, "--master-listen"},
-		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--nope"}, "flag provided but not defined", nil},
+		{[]string{"--role", "boss"}, "stacksaga.coordinator.deploy.role", nil},
+		{[]string{"--cycle", "100ms"}, "stacksaga.coordinator.cycle", nil},
+		{[]string{"--index-based", "--hostname", "laptop"}, "stacksaga.coordinator.deploy.ordinal", nil},
+		{[]string{"--master-listen", "nope"}, "--master-listen", nil},
+		{[]string{"extra"}, "unexpected arguments", nil},
+		{[]string{"--role", "master"}, "stacksaga.coordinator.token-file: no token: set STACKSAGA_COORDINATOR_TOKEN", noEnv},
 	} {
 		var stderr bytes.Buffer
-		code := run(context.Background(), c.args, noEnv, io.Discard, &stderr)
+		lookup := tokenOnly
+		if c.env != nil {
+			lookup = c.env
+		}
+		code := run(context.Background(), c.args, lookup, io.Discard, &stderr)
 		if code != exitUsage || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d mentioning %q", c.args, code, stderr.String(), exitUsage, c.want)
 		}
@@ -97,7 +114,7 @@ type proc struct {
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"--log-format", "json"}, args...)...)
-	cmd.Env = append(os.Environ(), "RINGCOORDINATOR_MAIN=1")
+	cmd.Env = append(os.Environ(), "RINGCOORDINATOR_MAIN=1", ringcoordinator.EnvToken+"="+testToken)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -189,16 +206,16 @@ func TestMasterSlaveProcess(t *testing.T) {
 	}
 
 	var probeOut bytes.Buffer
-	if code := run(context.Background(), []string{"probe", "http://" + httpAddr + "/readyz"}, noEnv, &probeOut, io.Discard); code != exitOK ||
+	if code := run(context.Background(), []string{"probe", "http://" + httpAddr + "/readyz"}, tokenOnly, &probeOut, io.Discard); code != exitOK ||
 		!strings.Contains(probeOut.String(), `"ready": true`) {
 		t.Fatalf("probe: exit %d, %s", code, probeOut.String())
 	}
-	if code := run(context.Background(), []string{"probe", "http://" + httpAddr + "/nope"}, noEnv, io.Discard, io.Discard); code != exitFailure {
+	if code := run(context.Background(), []string{"probe", "http://" + httpAddr + "/nope"}, tokenOnly, io.Discard, io.Discard); code != exitFailure {
 		t.Fatalf("probe of a 404: exit %d", code)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := ringcoordinator.NewConnector(ringcoordinator.WithMaster(masterAddr), ringcoordinator.WithCycle(time.Second),
+	conn, err := ringcoordinator.NewConnector(ringcoordinator.WithMaster(masterAddr), ringcoordinator.WithCycle(time.Second), ringcoordinator.WithToken(testToken),
 		ringcoordinator.WithBackoff(20*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +236,7 @@ func TestMasterSlaveProcess(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	a, err := ringcoordinator.FetchAssignment(context.Background(), masterAddr)
+	a, err := ringcoordinator.FetchAssignment(context.Background(), masterAddr, ringcoordinator.WithToken(testToken))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,6 +261,11 @@ func TestMasterSlaveProcess(t *testing.T) {
 		t.Fatal("no exit within 15s of SIGTERM")
 	}
 	p.logged(t, "ringcoordinator: stopped", "msg")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if strings.Contains(p.raw.String(), testToken) {
+		t.Fatal("the log shows the token")
+	}
 }
 
 // TestStatefulSetOrdinals runs a StatefulSet's coordinator-0 (master) and
@@ -264,7 +286,7 @@ func TestStatefulSetOrdinals(t *testing.T) {
 	p0.mu.Unlock()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := ringcoordinator.NewConnector(ringcoordinator.WithMaster(masterAddr), ringcoordinator.WithCycle(time.Second),
+	conn, err := ringcoordinator.NewConnector(ringcoordinator.WithMaster(masterAddr), ringcoordinator.WithCycle(time.Second), ringcoordinator.WithToken(testToken),
 		ringcoordinator.WithBackoff(20*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

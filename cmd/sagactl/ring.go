@@ -7,13 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/ringcoordinator"
 )
 
 // runRing prints the ring coordinator's assignment: which node holds which
-// token range for this minute and the next.
+// token range for this minute and the next. It presents the token in
+// STACKSAGA_COORDINATOR_TOKEN.
 func runRing(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sagactl ring", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -32,7 +34,9 @@ func runRing(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	a, err := ringcoordinator.FetchAssignment(ctx, *master)
+	// The coordinator's token, if it has one, comes from the environment
+	// only (never a flag: it would show in the process list).
+	a, err := ringcoordinator.FetchAssignment(ctx, *master, ringcoordinator.WithToken(os.Getenv(ringcoordinator.EnvToken)))
 	if err != nil {
 		fmt.Fprintln(stderr, "sagactl ring:", err)
 		return exitFailure

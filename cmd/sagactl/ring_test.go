@@ -16,12 +16,15 @@ import (
 func TestRing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	const token = "sagactl-ring-test-token"
+	t.Setenv(ringcoordinator.EnvToken, token) // sagactl ring presents it
 	cyc := ringcoordinator.WithCycle(2 * time.Second)
-	m, err := ringcoordinator.NewMaster(ringcoordinator.WithListen("127.0.0.1:0"), cyc)
+	tok := ringcoordinator.WithToken(token)
+	m, err := ringcoordinator.NewMaster(ringcoordinator.WithListen("127.0.0.1:0"), cyc, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := ringcoordinator.NewSlave(ringcoordinator.WithListen("127.0.0.1:0"), ringcoordinator.WithMaster(m.Addr()), cyc)
+	s, err := ringcoordinator.NewSlave(ringcoordinator.WithListen("127.0.0.1:0"), ringcoordinator.WithMaster(m.Addr()), cyc, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
