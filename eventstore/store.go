@@ -342,11 +342,19 @@ func WriteTime(tx Transaction) int64 {
 	return writeBase(tx.CreatedAt) + tx.Fence<<FenceShift + tx.Version
 }
 
-// FenceOf returns the Fence of a saga row created at createdAt whose
-// write timestamp is ts (the inverse of WriteTime; 0 when ts is below the
-// row's base).
-func FenceOf(createdAt time.Time, ts int64) int64 {
-	return max(0, ts-writeBase(createdAt)) >> FenceShift
+// FenceOf returns the Fence of a saga row of version created at createdAt
+// whose write timestamp is ts: the inverse of WriteTime (0 when ts is below
+// the row's base). A row whose timestamp WriteTime did not make (its low
+// bits are not its version: a release before the fence wrote it at the
+// server's time) gets the fence just above its timestamp, so that the next
+// write of the saga lands over it instead of being discarded.
+func FenceOf(createdAt time.Time, ts, version int64) int64 {
+	d := max(0, ts-writeBase(createdAt))
+	f := d >> FenceShift
+	if d&(1<<FenceShift-1) != version {
+		f++
+	}
+	return min(f, MaxFence)
 }
 
 // writeBase is createdAt in microseconds, truncated to the millisecond (0

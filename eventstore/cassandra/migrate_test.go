@@ -200,9 +200,18 @@ func TestMigrateFirstReleaseKeyspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The first release wrote its rows at the server's time, not at the
+	// version's timestamp: the row loads with the fence just above that
+	// time, so that the next write lands over it.
+	if got.Fence == 0 {
+		t.Fatalf("old saga loads with fence 0: its next write would be discarded (below the server-time write)")
+	}
+	legacyFence := got.Fence
+	got.Fence = 0
 	if !reflect.DeepEqual(got, old) {
 		t.Fatalf("old saga\n got %+v\nwant %+v", got, old)
 	}
+	got.Fence = legacyFence
 	frozen, err := s.GetFrozen(ctx, scope, old.TxID)
 	if err != nil || !reflect.DeepEqual(frozen.Transaction, old) || frozen.Reason != "terminated" {
 		t.Fatalf("old frozen saga: %+v, %v", frozen, err)
@@ -213,6 +222,9 @@ func TestMigrateFirstReleaseKeyspace(t *testing.T) {
 		return next
 	}(), &eventstore.Tryout{Index: 0, Span: 1, Kind: "process", Endpoint: "charge", Outcome: "ok"}); err != nil {
 		t.Fatalf("transition of the old saga: %v", err)
+	}
+	if after, err := s.LoadTransaction(ctx, scope, old.TxID); err != nil || after.State != eventstore.StateCompleted || after.Version != 4 {
+		t.Fatalf("the old saga's transition did not land: %+v, %v", after, err)
 	}
 
 	// A new saga with every new column.

@@ -500,7 +500,7 @@ func (s *Store) LoadTransaction(ctx context.Context, scope eventstore.Scope, txI
 	tx := x.result(scope, txID)
 	// The Fence is not a column: it is the part of the row's write
 	// timestamp above its creation time and version (eventstore.WriteTime).
-	tx.Fence = eventstore.FenceOf(tx.CreatedAt, written)
+	tx.Fence = eventstore.FenceOf(tx.CreatedAt, written, tx.Version)
 	return tx, nil
 }
 

@@ -653,7 +653,7 @@ func testMarkerExpiryLimit(t *testing.T, e *env) {
 	within := eventstore.MaxMarkerExpiry.Sub(now) - 24*time.Hour
 	past := eventstore.MaxMarkerExpiry.Sub(now) + 24*time.Hour
 	if within <= 0 {
-		t.Skipf("the clock (%v) is within a day of %v", now, eventstore.MaxMarkerExpiry)
+		t.Fatalf("the clock (%v) is within a day of %v: this check needs an earlier clock", now, eventstore.MaxMarkerExpiry)
 	}
 	refused := func(what string, k eventstore.MarkerKey, err error) {
 		t.Helper()
