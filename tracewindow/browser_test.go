@@ -376,6 +376,21 @@ func (b *browser) poll(what, js string, timeout time.Duration) {
 	}
 }
 
+// pollAcrossReload is poll for a page that is reloading: an evaluation the
+// reload interrupts (its execution context destroyed) is tried again.
+func (b *browser) pollAcrossReload(what, js string, timeout time.Duration) {
+	b.t.Helper()
+	var last error
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		v, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](js))
+		if err == nil && v {
+			return
+		}
+		last = err
+	}
+	b.t.Fatalf("waiting for %s across the page's reload: last error %v", what, last)
+}
+
 // screenshot writes the whole page as a PNG named name.
 func (b *browser) screenshot(name string) {
 	b.t.Helper()
@@ -466,6 +481,8 @@ func TestBrowserTraceWindow(t *testing.T) {
 		t.Fatalf("without the read token the page lists %d sagas", n)
 	}
 	b.do(chromedp.SetValue(chromedp.CSS("#token-input"), browserReadToken), chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
+	// The page starts again with the token (a reload).
+	b.pollAcrossReload("the saga list read with the token", `document.querySelectorAll('#saga-table tbody tr').length === 6`, 30*time.Second)
 	b.forgetErrors("the refused reads") // the 401s are logged by the browser as failed loads
 
 	// The list: every saga, newest first.
