@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
-	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
@@ -79,18 +78,7 @@ func newStore(t *testing.T, kind string) eventstore.Store {
 		return memory.New()
 	}
 	hosts, keyspace := testenv.CassandraKeyspace(t)
-	cfg := cassandra.DefaultConfig()
-	cfg.ContactPoints, cfg.Keyspace = hosts, keyspace
-	cfg.Replication = cassandra.SimpleReplication(1)
-	cfg.CreateSchema = true
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := cassandra.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return cassandraStoreIn(t, hosts, keyspace, true)
 }
 
 // onEachStore runs f as a subtest per store kind.

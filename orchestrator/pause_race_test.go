@@ -51,12 +51,8 @@ func TestPauseDeadlineClaimedThenFailedIsReinvokedLater(t *testing.T) {
 		r.startWorker(r.svcPay)
 		store := &tryoutsFailStore{Store: r.store}
 		clock := newFakeClock()
-		o, err := orchestrator.New("orders", r.sagaDomain(), orchestrator.WithBrokers(r.brokers...),
-			orchestrator.WithStore(store), orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
-		if err != nil {
-			t.Fatal(err)
-		}
-		runOrch(t, o)
+		o, _ := r.startOrchestrator(orchestrator.WithStore(store), orchestrator.WithClock(clock.now),
+			orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
 		ids := startConcurrently(t, o, 2)
 		ctx := context.Background()
 		for _, id := range ids {

@@ -1,37 +1,25 @@
 package cassandra
 
 import (
-	"errors"
-	"reflect"
-	"strings"
 	"testing"
 
-	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
+	"github.com/stacksaga-go/stacksaga/internal/yamlconfig/keytest"
 )
 
 // Every key the stacksaga.cassandra loader reads is in the document's schema,
 // so the strict decoding never refuses one of them.
-func TestConfigKeysAreListed(t *testing.T) {
-	if u := yamlconfig.Unlisted(yamlconfig.KeysOf(reflect.TypeOf(file{}))); len(u) > 0 {
-		t.Fatalf("keys read but not in yamlconfig.Keys: %q", u)
-	}
-}
+func TestConfigKeysAreListed(t *testing.T) { keytest.ListedType(t, file{}) }
 
 // A misspelt key of the block fails at start naming it; in particular the TLS
 // block never falls back to plain text because a key was misspelt.
 func TestConfigMisspeltKeysFail(t *testing.T) {
 	noEnv := func(string) (string, bool) { return "", false }
-	for _, tc := range []struct{ doc, key string }{
-		{"stacksaga:\n  cassandra:\n    tls: {ca_file: /etc/ca.pem}\n", "stacksaga.cassandra.tls.ca_file"},
-		{"stacksaga:\n  cassandra:\n    tls: {enable: true}\n", "stacksaga.cassandra.tls.enable"},
-		{"stacksaga:\n  cassandra:\n    tls: {cafile: /etc/ca.pem, enabled: true}\n", "stacksaga.cassandra.tls.cafile"},
-		{"stacksaga:\n  cassandra:\n    contact-point: [127.0.0.1]\n", "stacksaga.cassandra.contact-point"},
-		{"stacksaga:\n  cassandra:\n    reconnection-policy: {max-retry: 3}\n", "stacksaga.cassandra.reconnection-policy.max-retry"},
-		{"stacksaga:\n  cassandra:\n    replication: {class: SimpleStrategy, factor: 1}\n", "stacksaga.cassandra.replication.factor"},
-	} {
-		_, err := loadConfig([]byte(tc.doc), noEnv)
-		if !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, yamlconfig.ErrUnknownKey) || !strings.Contains(err.Error(), tc.key) {
-			t.Errorf("loadConfig(%q) = %v, want ErrInvalidConfig naming %s", tc.doc, err, tc.key)
-		}
-	}
+	keytest.Refused(t, func(doc []byte) error { _, err := loadConfig(doc, noEnv); return err }, ErrInvalidConfig, map[string]string{
+		"stacksaga:\n  cassandra:\n    tls: {ca_file: /etc/ca.pem}\n":                     "stacksaga.cassandra.tls.ca_file",
+		"stacksaga:\n  cassandra:\n    tls: {enable: true}\n":                             "stacksaga.cassandra.tls.enable",
+		"stacksaga:\n  cassandra:\n    tls: {cafile: /etc/ca.pem, enabled: true}\n":       "stacksaga.cassandra.tls.cafile",
+		"stacksaga:\n  cassandra:\n    contact-point: [127.0.0.1]\n":                      "stacksaga.cassandra.contact-point",
+		"stacksaga:\n  cassandra:\n    reconnection-policy: {max-retry: 3}\n":             "stacksaga.cassandra.reconnection-policy.max-retry",
+		"stacksaga:\n  cassandra:\n    replication: {class: SimpleStrategy, factor: 1}\n": "stacksaga.cassandra.replication.factor",
+	})
 }
