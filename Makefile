@@ -43,14 +43,19 @@ test: ## install what is missing, start services if needed, then go test -race o
 	export KAFKA_BROKERS CASSANDRA_HOSTS STACKSAGA_REQUIRE_SERVICES=1; \
 	echo "make test: go test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)  (KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS" \
 		"KAFKA_SASL_SSL_BROKERS=$${KAFKA_SASL_SSL_BROKERS:-} CASSANDRA_TLS_HOSTS=$${CASSANDRA_TLS_HOSTS:-})"; \
-	start=$$(date +%s); rc=0; \
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS) || rc=$$?; \
+	start=$$(date +%s); mkdir -p .cache; log=.cache/test.log; \
+	{ trc=0; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS) || trc=$$?; echo $$trc >.cache/test.rc; } 2>&1 | tee $$log; \
+	rc=$$(cat .cache/test.rc); \
 	echo "make test: PHASE tests: $$(( $$(date +%s) - start ))s (exit $$rc)"; \
 	if [ "$(TEST_FUZZTIME)" != 0 ]; then \
 		start=$$(date +%s); frc=0; \
 		GO=$(GO) scripts/fuzz $(TEST_FUZZTIME) || frc=$$?; \
 		echo "make test: PHASE fuzz: $$(( $$(date +%s) - start ))s (exit $$frc)"; \
 		[ $$rc -ne 0 ] || rc=$$frc; \
+	fi; \
+	if [ $$rc -ne 0 ] && [ -s $$log ]; then \
+		echo "make test: FAILURES (the whole output is in $$log):"; \
+		grep -E -e '^--- FAIL|^FAIL|^panic:|DATA RACE|^    +[A-Za-z0-9_]+\.go:[0-9]+: ' $$log | head -n 300; \
 	fi; \
 	exit $$rc
 
