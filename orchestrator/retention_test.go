@@ -19,7 +19,10 @@ import (
 // which grow with load up to their concurrency) by at most goroutineSlack
 // (a commit or a request in flight). On the development box the heap grew
 // by -1 to 20 bytes per saga, with -race and two CPU hogs beside it.
-// Mutation-checked: a map of ended sagas' ids in the orchestrator (76-96
+// Growth over the limit is measured again over as many sagas, and only
+// growth in both rounds fails (what is retained per saga grows in every
+// round; a buffer that grew once does not). Mutation-checked: a map of
+// ended sagas' ids in the orchestrator (76-96
 // bytes per saga with -race), a saga state kept per ended saga (1.6 KB)
 // and a goroutine left by one step in ten each fail it.
 func TestCassandraEndedSagasRetainNothing(t *testing.T) {
@@ -60,6 +63,17 @@ func TestCassandraEndedSagasRetainNothing(t *testing.T) {
 			grown := int64(heap1) - int64(heap0)
 			t.Logf("live heap %d -> %d bytes over %d sagas (%.1f B per saga); goroutines %d -> %d",
 				heap0, heap1, measured, float64(grown)/measured, goroutines0, goroutines1)
+			if grown > retainedPerSagaLimit*measured {
+				// One-off growth (a client's buffer or pool that grew once,
+				// up to 110 KB seen on a loaded CI box) does not recur;
+				// retention does: measure another round and judge by it.
+				run(measured)
+				heap2, _ := settledLiveHeap()
+				again := int64(heap2) - int64(heap1)
+				t.Logf("over the limit: measured again, live heap %d -> %d bytes over %d more sagas (%.1f B per saga)",
+					heap1, heap2, measured, float64(again)/measured)
+				grown = min(grown, again)
+			}
 			if grown > retainedPerSagaLimit*measured {
 				t.Errorf("live heap grew %d bytes over %d ended sagas (%.1f per saga), want under %d per saga",
 					grown, measured, float64(grown)/measured, retainedPerSagaLimit)
