@@ -45,6 +45,8 @@ type config struct {
 	retryNode  bool
 	engineOpts []recovery.Option
 	fault      func(FaultPoint, string) bool
+	// retryArmed, when set (tests), is told of every in-process retry armed.
+	retryArmed func(txID string, d time.Duration)
 
 	stateCacheSize int
 	markerCleanup  bool

@@ -98,6 +98,9 @@ type Orchestrator[T any] struct {
 	restoreAfter time.Duration
 	win          recovery.Windows
 	redriver     recovery.Redriver
+	// retries are the in-process retries of the sagas this orchestrator
+	// parked (fastretry.go).
+	retries retryTimers
 
 	mu        sync.Mutex // guards closed, cancelRun
 	closed    bool
@@ -113,6 +116,7 @@ type counters struct {
 	started, replies, stale, foreign, commands, deadLettered atomic.Int64
 	completed, compensated, compensationFailed               atomic.Int64
 	retried, restored, disabled, exhausted, abandoned        atomic.Int64
+	fastRetried                                              atomic.Int64
 	// what became of the sagas whose Start failed after a create that
 	// may have landed (failStart), one counter per outcome so that each
 	// is monotonic
@@ -137,6 +141,11 @@ type Stats struct {
 	// retry policy's last attempt; Abandoned the sagas dropped by
 	// WithFaultInjection.
 	Retried, Restored, Disabled, Exhausted, Abandoned int64
+	// FastRetried counts the re-drives of Retried done by this
+	// orchestrator's in-process retry timers (recovery.RetryPolicy.Backoff)
+	// rather than by a retry node's window scan or by hand; RetryTimers is
+	// how many such timers are armed now.
+	FastRetried, RetryTimers int64
 	// FailedStarts counts the Start calls whose create failed but may have
 	// landed (a timeout, a batch applied in part), after which Start tried
 	// (or, too late to, did not try) to mark the saga COMPENSATED to keep
@@ -313,6 +322,7 @@ func (o *Orchestrator[T]) Stats() Stats {
 		CompensationFailed: c.compensationFailed.Load(),
 		Retried:            c.retried.Load(), Restored: c.restored.Load(), Disabled: c.disabled.Load(),
 		Exhausted: c.exhausted.Load(), Abandoned: c.abandoned.Load(),
+		FastRetried: c.fastRetried.Load(), RetryTimers: int64(o.retries.armed()),
 	}
 	marked, restorable, unwatched := c.startsMarked.Load(), c.startsRestorable.Load(), c.startsUnwatched.Load()
 	st.FailedStarts, st.FailedStartsUnmarked, st.FailedStartsUnwatched = marked+restorable+unwatched, restorable+unwatched, unwatched
@@ -440,6 +450,7 @@ func (o *Orchestrator[T]) releaseAll() {
 		o.closed = true
 		o.mu.Unlock()
 		muxFor(o.scope).unregister(o.domain.Name, o.redriver)
+		o.retries.stop()
 		o.closeTelemetry()
 		o.prod.Close()
 		if o.cfg.ownStore {
@@ -780,7 +791,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	o.cache.drop(cur.TxID)
 	// The retry first, as park does: a saga parked without one would wait
 	// for its restore watchdog.
-	o.registerRetry(pctx, &cur)
+	fast := o.registerRetry(pctx, &cur)
 	if o.faultAt(FaultParkRetry, cur.TxID) {
 		return err
 	}
@@ -788,6 +799,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 		o.logger().Error("orchestrator: saga stranded: command not sent and state not saved", "tx", tx.TxID, "err", err, "persist_err", perr)
 		return err
 	}
+	o.armRetry(cur.TxID, cur.Version, fast)
 	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
 	return fmt.Errorf("%w (saga %s parked in RETRY_PENDING)", err, tx.TxID)
 }
@@ -870,6 +882,13 @@ func (o *Orchestrator[T]) Restore(ctx context.Context, txID string) error {
 // persists it before the command is published: the reply to that command is
 // handled on another goroutine and must find the new attempt.
 func (o *Orchestrator[T]) prepareRedrive(ctx context.Context, txID string) (eventstore.Transaction, error) {
+	return o.prepareRedriveAt(ctx, txID, 0)
+}
+
+// prepareRedriveAt is prepareRedrive of a saga parked at version only
+// (0: at any version): an in-process retry armed when the saga was parked
+// must not re-drive a later park of it early.
+func (o *Orchestrator[T]) prepareRedriveAt(ctx context.Context, txID string, version int64) (eventstore.Transaction, error) {
 	l := o.lock(txID)
 	l.Lock()
 	defer l.Unlock()
@@ -879,6 +898,9 @@ func (o *Orchestrator[T]) prepareRedrive(ctx context.Context, txID string) (even
 	}
 	if tx.State != eventstore.StateRetryPending {
 		return tx, fmt.Errorf("%w: %s is %s", ErrNotRetryPending, txID, tx.State)
+	}
+	if version != 0 && tx.Version != version {
+		return tx, fmt.Errorf("%w: %s was parked again since (version %d, not %d)", ErrNotRetryPending, txID, tx.Version, version)
 	}
 	from := tx.State
 	tx.Attempt++

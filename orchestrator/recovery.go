@@ -112,16 +112,26 @@ func (o *Orchestrator[T]) retryPolicy(tx *eventstore.Transaction) recovery.Retry
 }
 
 // registerRetry registers tx, about to be persisted in RETRY_PENDING (see
-// park), for a re-drive after its retry policy's delay. A failure is
-// logged: the saga's restore watchdog re-drives it later anyway.
-func (o *Orchestrator[T]) registerRetry(ctx context.Context, tx *eventstore.Transaction) {
+// park), for a re-drive after its retry policy's delay, and returns the
+// delay of its in-process retry (recovery.RetryPolicy.Backoff; 0: none),
+// which the caller arms once the saga is parked (armRetry). The window
+// registration is the durable fallback: due a whole window after the
+// in-process retry (recovery.RetryPolicy.FallbackWindows), it re-drives
+// the saga only if this process died or its re-drive failed. A failure to
+// register is logged: the in-process retry, or else the saga's restore
+// watchdog, re-drives it anyway.
+func (o *Orchestrator[T]) registerRetry(ctx context.Context, tx *eventstore.Transaction) time.Duration {
+	p := o.retryPolicy(tx)
+	attempt := max(tx.Attempt, 1)
+	fast := p.Backoff(attempt)
 	if o.rec == nil {
-		return
+		return fast
 	}
-	delay := o.retryPolicy(tx).Delay(max(tx.Attempt, 1))
+	delay := p.FallbackWindows(attempt, fast, o.win.Interval())
 	if _, err := o.rec.RegisterRetry(ctx, o.scope, tx.TxID, o.domain.Name, delay); err != nil {
-		o.logger().Warn("orchestrator: could not register a retry; the restore watchdog will re-drive the saga", "tx", tx.TxID, "err", err)
+		o.logger().Warn("orchestrator: could not register a retry; the in-process retry or the restore watchdog will re-drive the saga", "tx", tx.TxID, "err", err)
 	}
+	return fast
 }
 
 // faultAt reports whether WithFaultInjection abandons txID at p.
@@ -185,10 +195,17 @@ func (o *Orchestrator[T]) redriveEntry(ctx context.Context, e eventstore.Recover
 // publish fails parks the saga again with a new retry registration, which
 // counts as handled.
 func (o *Orchestrator[T]) redriveParked(ctx context.Context, txID string) (err error) {
-	tx, err := o.prepareRedrive(ctx, txID)
+	err = o.redriveParkedAt(ctx, txID, 0)
 	if errors.Is(err, ErrNotRetryPending) {
 		return nil
 	}
+	return err
+}
+
+// redriveParkedAt is redriveParked of a saga parked at version (0: any);
+// a saga not parked (at version) fails with ErrNotRetryPending.
+func (o *Orchestrator[T]) redriveParkedAt(ctx context.Context, txID string, version int64) (err error) {
+	tx, err := o.prepareRedriveAt(ctx, txID, version)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,10 @@ func recoveryCfg(t *testing.T) recovery.Config {
 	t.Helper()
 	cfg := recovery.DefaultConfig()
 	cfg.Restore.DefaultDelayWindows = 5
+	// These tests drive the window path (the durable one) on a fake clock:
+	// no in-process retries, which run on the wall clock (fastretry_test.go
+	// tests those, and both together).
+	cfg.Retry.Default.InitialInterval = 0
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -383,11 +383,15 @@ func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Tra
 // parked saga that only its restore watchdog finds, since the redelivered
 // reply is then stale.
 func (o *Orchestrator[T]) park(ctx context.Context, tx *eventstore.Transaction, tryout *eventstore.Tryout, from eventstore.State, last *StepResult) error {
-	o.registerRetry(ctx, tx)
+	fast := o.registerRetry(ctx, tx)
 	if o.faultAt(FaultParkRetry, tx.TxID) {
 		return nil
 	}
-	return o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last)
+	if err := o.persist(ctx, tx, eventstore.StateRetryPending, tryout, from, last); err != nil {
+		return err
+	}
+	o.armRetry(tx.TxID, tx.Version, fast)
+	return nil
 }
 
 // terminate ends a saga whose compensation failed: COMPENSATION_FAILED, and

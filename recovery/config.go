@@ -33,6 +33,12 @@ const (
 	DefaultBackoffMultiplier   = 2.0
 	DefaultMaxDelayWindows     = 60
 	DefaultJitter              = 0.2
+	// DefaultInitialInterval is the delay of a step's first in-process
+	// retry (initial-interval), as Temporal's activity retry default.
+	DefaultInitialInterval = time.Second
+	// DefaultMaxInterval caps the in-process retry delay (max-interval),
+	// 100 × DefaultInitialInterval as Temporal's default.
+	DefaultMaxInterval = 100 * time.Second
 )
 
 // Bounds of the settings.
@@ -43,6 +49,10 @@ const (
 	// MaxLookbackDays keeps one ListDays call within the store's span
 	// limit (eventstore.MaxListDaysYears).
 	MaxLookbackDays = 1000
+	// MaxRetryInterval bounds initial-interval and max-interval: an
+	// in-process timer is for short delays; longer ones are what the
+	// windows are for.
+	MaxRetryInterval = time.Hour
 	// MaxBucketSize bounds bucket-size by Cassandra's default
 	// tombstone_failure_threshold (100000): restore watchdogs are deleted
 	// one by one as their sagas end, so a restore scan of a bucket whose
@@ -69,6 +79,16 @@ type RetryPolicy struct {
 	MaxDelayWindows int
 	// Jitter adds up to this fraction of the delay at random (0: none).
 	Jitter float64
+	// InitialInterval is the delay of the first in-process retry
+	// (initial-interval): the orchestrator that parked the saga re-drives
+	// it from a timer after InitialInterval × BackoffMultiplier^(attempt−1),
+	// capped at MaxInterval, plus jitter, while the window registration
+	// (DelayWindows…) stays as the durable fallback should that process
+	// die first. 0 turns the in-process retries off: windows only.
+	InitialInterval time.Duration
+	// MaxInterval caps the in-process retry delay (max-interval; below
+	// InitialInterval it is InitialInterval).
+	MaxInterval time.Duration
 }
 
 // RetryOverride overrides some fields of a RetryPolicy; nil fields
@@ -79,6 +99,8 @@ type RetryOverride struct {
 	BackoffMultiplier *float64
 	MaxDelayWindows   *int
 	Jitter            *float64
+	InitialInterval   *time.Duration
+	MaxInterval       *time.Duration
 	// Endpoints overrides per step endpoint (endpoints.<endpoint>); their
 	// own Endpoints are ignored.
 	Endpoints map[string]RetryOverride
@@ -149,6 +171,8 @@ func DefaultConfig() Config {
 			BackoffMultiplier: DefaultBackoffMultiplier,
 			MaxDelayWindows:   DefaultMaxDelayWindows,
 			Jitter:            DefaultJitter,
+			InitialInterval:   DefaultInitialInterval,
+			MaxInterval:       DefaultMaxInterval,
 		}},
 		Restore: RestoreConfig{DefaultDelayWindows: DefaultRestoreDelayWindows},
 	}
@@ -189,6 +213,12 @@ func applyOverride(p RetryPolicy, o RetryOverride) RetryPolicy {
 	}
 	if o.Jitter != nil {
 		p.Jitter = *o.Jitter
+	}
+	if o.InitialInterval != nil {
+		p.InitialInterval = *o.InitialInterval
+	}
+	if o.MaxInterval != nil {
+		p.MaxInterval = *o.MaxInterval
 	}
 	return p
 }
@@ -320,6 +350,7 @@ func validatePolicy(p *yamlconfig.Problems, prefix string, r RetryPolicy) {
 	validateOverride(p, prefix, RetryOverride{
 		DelayWindows: &r.DelayWindows, MaxAttempts: &r.MaxAttempts, BackoffMultiplier: &r.BackoffMultiplier,
 		MaxDelayWindows: &r.MaxDelayWindows, Jitter: &r.Jitter,
+		InitialInterval: &r.InitialInterval, MaxInterval: &r.MaxInterval,
 	})
 }
 
@@ -348,6 +379,12 @@ func validateOverride(p *yamlconfig.Problems, prefix string, o RetryOverride) {
 	}
 	if v := o.Jitter; v != nil && (math.IsNaN(*v) || *v < 0 || *v > 1) {
 		p.Add(prefix+"jitter", "must be 0..1, got %v", *v)
+	}
+	if v := o.InitialInterval; v != nil && (*v < 0 || *v > MaxRetryInterval || (*v > 0 && *v < time.Millisecond)) {
+		p.Add(prefix+"initial-interval", "must be 0 (no in-process retries) or 1ms..%v, got %v", MaxRetryInterval, *v)
+	}
+	if v := o.MaxInterval; v != nil && (*v < 0 || *v > MaxRetryInterval) {
+		p.Add(prefix+"max-interval", "must be 0..%v, got %v", MaxRetryInterval, *v)
 	}
 }
 
@@ -389,6 +426,8 @@ type rawRetry struct {
 	BackoffMultiplier *string             `yaml:"backoff-multiplier"`
 	MaxDelayWindows   *string             `yaml:"max-delay-windows"`
 	Jitter            *string             `yaml:"jitter"`
+	InitialInterval   *string             `yaml:"initial-interval"`
+	MaxInterval       *string             `yaml:"max-interval"`
 	Endpoints         map[string]rawRetry `yaml:"endpoints"`
 }
 
@@ -570,5 +609,13 @@ func (r reader) override(prefix string, rr rawRetry) RetryOverride {
 	o.BackoffMultiplier = fp("backoff-multiplier", rr.BackoffMultiplier)
 	o.MaxDelayWindows = ip("max-delay-windows", rr.MaxDelayWindows)
 	o.Jitter = fp("jitter", rr.Jitter)
+	dp := func(key string, s *string) *time.Duration {
+		if v, ok := r.duration(prefix+key, s); ok {
+			return &v
+		}
+		return nil
+	}
+	o.InitialInterval = dp("initial-interval", rr.InitialInterval)
+	o.MaxInterval = dp("max-interval", rr.MaxInterval)
 	return o
 }

@@ -25,6 +25,8 @@ const (
 	EnvRetryMultiplier     = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_BACKOFF_MULTIPLIER"
 	EnvRetryMaxDelay       = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_MAX_DELAY_WINDOWS"
 	EnvRetryJitter         = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_JITTER"
+	EnvRetryInitial        = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_INITIAL_INTERVAL"
+	EnvRetryMaxInterval    = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_MAX_INTERVAL"
 	EnvRestoreDelayWindows = "STACKSAGA_CASSANDRA_RECOVERY_RESTORE_DOMAINS_DEFAULT_DELAY_WINDOWS"
 )
 
@@ -109,6 +111,8 @@ func (c *Config) applyEnv(lookup func(string) (string, bool), p *yamlconfig.Prob
 	float(EnvRetryMultiplier, def+"backoff-multiplier", &c.Retry.Default.BackoffMultiplier)
 	num(EnvRetryMaxDelay, def+"max-delay-windows", &c.Retry.Default.MaxDelayWindows)
 	float(EnvRetryJitter, def+"jitter", &c.Retry.Default.Jitter)
+	dur(EnvRetryInitial, def+"initial-interval", &c.Retry.Default.InitialInterval)
+	dur(EnvRetryMaxInterval, def+"max-interval", &c.Retry.Default.MaxInterval)
 	num(EnvRestoreDelayWindows, keyRestore+DefaultDomain+".delay-windows", &c.Restore.DefaultDelayWindows)
 	return intervalKey
 }

@@ -1,6 +1,9 @@
 package recovery
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestRetryPolicyBackoff(t *testing.T) {
 	p := RetryPolicy{DelayWindows: 1, BackoffMultiplier: 2, MaxDelayWindows: 60}
@@ -66,5 +69,51 @@ func TestRetryPolicyExhausted(t *testing.T) {
 		if got := p.Exhausted(attempt); got != want {
 			t.Errorf("Exhausted(%d) = %v, want %v", attempt, got, want)
 		}
+	}
+}
+
+func TestRetryPolicyInProcessBackoff(t *testing.T) {
+	p := RetryPolicy{BackoffMultiplier: 2, InitialInterval: time.Second, MaxInterval: 100 * time.Second}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 64, 100, 100}
+	for i, w := range want {
+		if got := p.backoff(i+1, 0); got != w*time.Second {
+			t.Errorf("attempt %d: backoff %v, want %v", i+1, got, w*time.Second)
+		}
+	}
+	if got := p.backoff(1<<20, 0); got != 100*time.Second {
+		t.Errorf("huge attempt: %v", got)
+	}
+	p.Jitter = 0.5
+	if got := p.backoff(2, 0.999); got < 2*time.Second || got >= 3*time.Second {
+		t.Errorf("jitter: %v, want within [2s, 3s)", got)
+	}
+	// A cap below the initial interval is the initial interval.
+	if got := (RetryPolicy{InitialInterval: 5 * time.Second, MaxInterval: time.Second, BackoffMultiplier: 2}).backoff(3, 0); got != 5*time.Second {
+		t.Errorf("cap below initial: %v", got)
+	}
+	if got := (RetryPolicy{BackoffMultiplier: 2}).Backoff(1); got != 0 {
+		t.Errorf("off: %v, want 0", got)
+	}
+}
+
+func TestRetryPolicyFallbackAfterTimer(t *testing.T) {
+	p := RetryPolicy{DelayWindows: 1, BackoffMultiplier: 1, MaxDelayWindows: 1}
+	// With 1-minute windows a 1 s retry keeps the policy's window delay.
+	if got := p.FallbackWindows(1, time.Second, time.Minute); got != 2 {
+		t.Errorf("1s in 1m windows: %d, want 2 (the policy's 1, raised to one whole window after the timer)", got)
+	}
+	// With 1 s windows the fallback moves a whole window past the timer.
+	if got := p.FallbackWindows(1, 10*time.Second, time.Second); got != 12 {
+		t.Errorf("10s in 1s windows: %d, want 12", got)
+	}
+	if got := p.FallbackWindows(1, 0, time.Second); got != 1 {
+		t.Errorf("no timer: %d, want the policy's 1", got)
+	}
+}
+
+func TestDefaultRetryIsAboutASecond(t *testing.T) {
+	p := DefaultConfig().RetryPolicy("any", "svc/ep")
+	if d := p.backoff(1, 0); d != time.Second {
+		t.Errorf("default first retry after %v, want 1s", d)
 	}
 }

@@ -1,0 +1,151 @@
+package orchestrator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/recovery"
+	"github.com/stacksaga-go/stacksaga/topics"
+)
+
+// waitStates waits (in real time) until every saga of ids is in want.
+func waitStates(t *testing.T, o *orchestrator.Orchestrator[order], within time.Duration, ids []string, want eventstore.State) {
+	t.Helper()
+	waitFor(t, within, "every saga "+string(want), func() bool {
+		for _, id := range ids {
+			if s, err := o.Get(context.Background(), id); err != nil || s.State != want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// assertRetriedOnce checks that each saga's charge ran twice (a retryable
+// failure at attempt 1, a success at attempt 2) and every other step once.
+func assertRetriedOnce(t *testing.T, r *rig, o *orchestrator.Orchestrator[order], ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		if n := r.runsOf(id, 1, topics.KindProcess); n != 2 {
+			t.Errorf("%s: charge ran %d times, want 2 (one retryable failure, one success)", id, n)
+		}
+		if a, b := r.runsOf(id, 0, topics.KindProcess), r.runsOf(id, 2, topics.KindProcess); a != 1 || b != 1 {
+			t.Errorf("%s: reserve ran %d times, ship %d, want 1 and 1", id, a, b)
+		}
+		h, err := o.History(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h) < 3 || h[1].Attempt != 1 || h[1].Outcome != string(topics.OutcomeRetryable) || h[2].Attempt != 2 || h[2].Outcome != string(topics.OutcomeOK) {
+			t.Errorf("%s: history does not show one retry: %+v", id, h)
+		}
+	}
+}
+
+// With the default configuration (1-minute windows, no retry node at all)
+// a retryable failure is retried by the orchestrator that parked the saga,
+// from an in-process timer about a second later: every saga completes,
+// although no window is ever scanned. The first retry's delay is logged.
+func TestFastRetryWithDefaults(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.retryChargeOnce.Store(true)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		armed := make(chan time.Duration, 64)
+		o, _ := r.startOrchestrator(orchestrator.WithRetryArmedHook(func(_ string, d time.Duration) {
+			select {
+			case armed <- d:
+			default:
+			}
+		}))
+		ids := startConcurrently(t, o, 10)
+		// A window retry could not come before two minutes (1-minute
+		// windows, sealed before they are scanned) and no retry node runs:
+		// completion proves the in-process retry.
+		waitStates(t, o, 90*time.Second, ids, eventstore.StateCompleted)
+		assertRetriedOnce(t, r, o, ids)
+		if st := o.Stats(); st.FastRetried != int64(len(ids)) || st.Retried != int64(len(ids)) {
+			t.Errorf("FastRetried = %d, Retried = %d, want %d and %d", st.FastRetried, st.Retried, len(ids), len(ids))
+		}
+		d := <-armed
+		p := recovery.DefaultConfig().RetryPolicy("any", "")
+		if lo, hi := p.InitialInterval, time.Duration(float64(p.InitialInterval)*(1+p.Jitter)); d < lo || d > hi {
+			t.Errorf("first retry armed after %v, want the default %v..%v", d, lo, hi)
+		}
+		for _, id := range ids {
+			h, _ := o.History(context.Background(), id)
+			t.Logf("%s: retry sent %v after the failed attempt finished", id, h[2].StartedAt.Sub(h[1].FinishedAt).Round(time.Millisecond))
+			break
+		}
+		if n := o.Stats().RetryTimers; n != 0 {
+			t.Errorf("%d retry timers still armed after every saga completed", n)
+		}
+	})
+}
+
+// The in-process retry and the window registration both fire for every
+// parked saga: the timer re-drives it at once, the retry node's window scan
+// finds it moved on later and does nothing. No step runs twice (the
+// workers have no guard: a second command of an attempt would run).
+func TestFastRetryAndWindowFallbackNeverBoth(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.retryChargeOnce.Store(true)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		cfg := recoveryCfg(t)
+		cfg.Retry.Default.InitialInterval = 200 * time.Millisecond
+		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg), orchestrator.WithRetryNode())
+		ids := startConcurrently(t, o, 10)
+		waitStates(t, o, time.Minute, ids, eventstore.StateCompleted)
+		// Now every window registration comes due: scan them all.
+		for range 5 {
+			advanceIdle(t, o, clock.advance, time.Minute)
+			if _, err := o.RecoveryEngine().Scan(context.Background()); err != nil {
+				t.Fatalf("scan: %v", err)
+			}
+		}
+		assertRetriedOnce(t, r, o, ids)
+		if st := o.Stats(); st.FastRetried != int64(len(ids)) || st.Retried != int64(len(ids)) {
+			t.Errorf("FastRetried = %d, Retried = %d, want %d each (the window fallback re-drove nothing)", st.FastRetried, st.Retried, len(ids))
+		}
+		assertDirectoryDrained(t, r.store, o, clock)
+	})
+}
+
+// An orchestrator that parked sagas dies before its in-process retries
+// fire: nothing is lost, the window registrations it wrote first make a
+// retry node re-drive every saga, once.
+func TestFastRetryLostWithItsProcessWindowsRetry(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.retryChargeOnce.Store(true)
+		r.startWorker(r.svcStock)
+		r.startWorker(r.svcPay)
+		clock := newFakeClock()
+		cfg := recoveryCfg(t)
+		cfg.Retry.Default.InitialInterval = time.Hour // never fires in this test
+		cfg.Retry.Default.MaxInterval = time.Hour
+		a, stopA := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg))
+		ids := startConcurrently(t, a, 10)
+		waitStates(t, a, time.Minute, ids, eventstore.StateRetryPending)
+		if n := a.Stats().RetryTimers; n != int64(len(ids)) {
+			t.Fatalf("%d retry timers armed, want %d", n, len(ids))
+		}
+		stopA() // the process dies with its timers
+		b, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg), orchestrator.WithRetryNode())
+		expectAll(t, scanUntil(t, b, clock, time.Minute, ids), eventstore.StateCompleted)
+		assertRetriedOnce(t, r, b, ids)
+		if st := b.Stats(); st.FastRetried != 0 || st.Retried != int64(len(ids)) {
+			t.Errorf("retry node: FastRetried = %d, Retried = %d, want 0 and %d", st.FastRetried, st.Retried, len(ids))
+		}
+		if st := a.Stats(); st.FastRetried != 0 {
+			t.Errorf("the dead orchestrator re-drove %d sagas after it stopped", st.FastRetried)
+		}
+	})
+}
