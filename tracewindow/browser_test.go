@@ -2,6 +2,7 @@ package tracewindow_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/tracewindow"
 	"github.com/stacksaga-go/stacksaga/tracewindow/cassandraindex"
@@ -616,4 +618,88 @@ func TestBrowserTraceWindow(t *testing.T) {
 	b.do(chromedp.SetValue(chromedp.CSS("#search-tx"), compensated[1]), chromedp.Click(chromedp.CSS("#search button")))
 	b.poll("the searched saga", fmt.Sprintf(`(document.getElementById('saga-id') || {}).textContent === %q`, compensated[1]), 30*time.Second)
 	b.noErrors("end")
+}
+
+// TestBrowserAdminAudit drives the admin restore of a DISABLED saga from its
+// page in headless Chromium, over the Cassandra store: after the action the
+// page shows it in the saga's admin audit table (when, who, action, result)
+// and as a marker on the timeline, and the API shows the same record.
+func TestBrowserAdminAudit(t *testing.T) {
+	chromiumPath(t)
+	hosts, ks := testenv.CassandraKeyspace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, err := cassandra.New(ctx, cassandra.Config{ContactPoints: hosts, Keyspace: ks, Replication: cassandra.SimpleReplication(1), CreateSchema: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	now := func() time.Time { return time.Now().UTC() }
+	f := &fixture{t: t, store: store, idx: tracewindow.NewMemoryIndex(0), now: now(),
+		scope: eventstore.Scope{Region: "default", Cluster: "default", Service: testenv.UniqueName(t, "audit")}}
+	// A saga that outlived its lifetime while its first step was retried.
+	id := f.put("order", f.now.Add(-29*time.Hour), []step{{kind: "process", span: 0, endpoint: "stock/reserve", outcome: "retryable",
+		attempt: 1, gap: time.Millisecond, dur: 30 * time.Millisecond, err: "stock service down"}}, eventstore.StateDisabled, nil)
+	tx, err := store.LoadTransaction(ctx, f.scope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Freeze(ctx, tx, "outlived the transaction lifetime"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := recovery.NewWriter(store, recovery.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := tracewindow.New(store, f.scope, tracewindow.WithIndex(f.idx), tracewindow.WithReadToken(browserReadToken),
+		tracewindow.WithAdmin(tracewindow.Admin{Token: token, Restore: tracewindow.RecoveryRestore(store, w, f.scope, now)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/trace/", http.StripPrefix("/trace", h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	base := srv.URL + "/trace/"
+
+	b := newBrowser(t, t.ArtifactDir())
+	b.do(chromedp.Navigate(base + "#/saga/" + id))
+	b.poll("the token panel", `!document.getElementById('token-panel').hidden`, 30*time.Second)
+	b.do(chromedp.SetValue(chromedp.CSS("#token-input"), token), chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
+	b.pollAcrossReload("the DISABLED saga with its restore button",
+		`!!document.querySelector('#saga-head .state.DISABLED') && !!document.querySelector('button[data-action="restore"]') && !!document.getElementById('audit')`, 30*time.Second)
+	b.forgetErrors("the refused reads")
+	if n := eval[int](b, `document.querySelectorAll('#audit tbody tr').length + document.querySelectorAll('#audit-lane').length`); n != 0 {
+		t.Fatalf("the saga shows %d audit rows before any action", n)
+	}
+
+	// The admin restores it (the page asks to confirm: yes).
+	if !eval[bool](b, `window.confirm = function () { return true; }; true`) {
+		t.Fatal("could not answer the confirmation")
+	}
+	b.do(chromedp.Click(chromedp.CSS(`button[data-action="restore"]`)))
+	b.poll("the restore's audit row", `(() => { const r = document.querySelectorAll('#audit tbody tr');
+		return r.length === 1 && r[0].dataset.action === 'restore' && r[0].dataset.result === 'ok'; })()`, 30*time.Second)
+	if actor := eval[string](b, `document.querySelector('#audit tbody tr').dataset.actor`); !strings.HasPrefix(actor, "admin-token from 127.0.0.1:") {
+		t.Fatalf("audit row's actor %q, want the admin token and the browser's address", actor)
+	}
+	if cells := eval[[]string](b, `[...document.querySelectorAll('#audit tbody tr td')].map(td => td.textContent)`); len(cells) != 4 ||
+		!regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}$`).MatchString(cells[0]) || cells[2] != "restore" || cells[3] != "ok" {
+		t.Fatalf("audit row %q, want when, who, restore, ok", cells)
+	}
+	if n := eval[int](b, `document.querySelectorAll('#audit-lane .tl-mark[data-action="restore"][data-result="ok"]').length`); n != 1 {
+		t.Fatalf("%d restore markers on the timeline, want 1", n)
+	}
+	b.poll("the restored state", `!!document.querySelector('#saga-head .state.RETRY_PENDING')`, 10*time.Second)
+	b.fitsWidth("saga with its audit trail")
+	b.screenshot("saga-admin-audit")
+	b.noErrors("after the restore")
+
+	// The API shows the same record.
+	code, _, body := get(t, srv.URL+"/trace", "/api/sagas/"+id, "Bearer "+browserReadToken)
+	var d tracewindow.Detail
+	if err := json.Unmarshal([]byte(body), &d); code != http.StatusOK || err != nil || len(d.Audit) != 1 ||
+		d.Audit[0].Action != "restore" || d.Audit[0].Result != "ok" || !strings.HasPrefix(d.Audit[0].Actor, "admin-token from 127.0.0.1:") {
+		t.Fatalf("GET the saga: %d %v %s", code, err, body)
+	}
 }

@@ -25,7 +25,7 @@
 //	GET  /api/config                 scope, whether listing works, the admin actions enabled
 //	GET  /api/domains                domains seen by the index
 //	GET  /api/sagas                  list: ?domain=&state=A,B|in_flight&from=&to=&after=&limit=
-//	GET  /api/sagas/{txid}           one saga: row, timeline, compensation trail, retry audit, steps
+//	GET  /api/sagas/{txid}           one saga: row, timeline, compensation trail, retry audit, steps, admin audit trail
 //	GET  /api/search?tx={txid}       find a saga by transaction id (the store alone)
 //	GET  /api/health                 in-flight counts by state and domain, oldest in flight, retry-pending, frozen
 //	POST /api/sagas/{txid}/{action}  restore | redrive | resend | resume (admin only)
@@ -43,6 +43,14 @@
 // cross-site form can neither authenticate nor send that content type, and
 // browsers' cross-origin POSTs are refused as well
 // (http.CrossOriginProtection).
+//
+// Every action that passes authentication and names a valid transaction id
+// is audited: one record per action in the saga's audit trail in the store
+// (eventstore.Auditor: who, when, what, result, error), whatever its
+// outcome, shown on the saga's page ("audit" in GET /api/sagas/{txid}, a
+// table and markers on the timeline). WithActor names the person behind an
+// authenticating proxy. New refuses WithAdmin over a store that keeps no
+// audit trail (ErrNoAudit) unless WithUnauditedAdmin allows it. See Admin.
 //
 // # Listing without scans
 //

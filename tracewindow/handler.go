@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -46,6 +47,20 @@ const verifyParallelism = 16
 // Admin enables the mutating actions of the Trace Window. Each action is
 // offered only when its function is set; every call needs the bearer
 // Token (Authorization: Bearer <Token>) and a JSON POST.
+//
+// Every call that passes authentication (the authorizer, the token, the
+// origin check) and names a valid transaction id leaves one record in the
+// saga's audit trail in the store (eventstore.Auditor), whatever its
+// outcome: who (WithActor; by default "admin-token from <address>"), when,
+// the action, its detail (a resume's correlation key and the keys of its
+// context, never their values), the result ("ok"; "refused: " and a class:
+// bad request, not found, not enabled, unknown action, wrong state, wrong
+// correlation key; "failed", or "failed: retry later") and the error. The
+// saga's page shows the trail (GET /api/sagas/{txid}, "audit"). The answer
+// of the action says "audit": "recorded", or "not recorded: ..." when the
+// record could not be written (the action itself ran or was refused as the
+// answer says; the cause is logged at Error). Calls refused by the
+// authorizer or for a wrong token leave no record: they are logged.
 type Admin struct {
 	// Token is the bearer token the actions require (at least MinTokenLen
 	// bytes).
@@ -122,6 +137,8 @@ type config struct {
 	readToken    string
 	authorize    func(*http.Request) error
 	anonymous    bool
+	actor        func(*http.Request) string
+	unaudited    bool
 }
 
 // WithIndex sets the listing index (see Index). Without one, the Trace
@@ -167,10 +184,32 @@ func WithReadToken(token string) Option { return func(c *config) { c.readToken =
 // generic body, the error going to the log. It is the place for an OIDC
 // session check, a client certificate (r.TLS) or the identity header of an
 // authenticating proxy in front. With WithReadToken as well, a request needs
-// both.
+// both. The admin actions' audit records name the admin token and the
+// caller's address unless WithActor names the person: give it the identity
+// the authorizer checked (the proxy's header, the certificate's subject).
 func WithAuthorizer(authorize func(r *http.Request) error) Option {
 	return func(c *config) { c.authorize = authorize }
 }
+
+// WithActor names who runs an admin action in its audit record (see
+// Admin): actor is called once per action that passed authentication, and
+// what it returns is recorded (cut to eventstore.MaxAuditActorBytes). An
+// empty name, or no WithActor, records "admin-token from <remote
+// address>": every holder of the token is the same actor then, and behind
+// a proxy the address is the proxy's. Use it with WithAuthorizer to record
+// the person an OIDC session, a client certificate (r.TLS) or an
+// authenticating proxy's identity header names; a header only the proxy
+// can set, never one a client can forge.
+func WithActor(actor func(r *http.Request) string) Option {
+	return func(c *config) { c.actor = actor }
+}
+
+// WithUnauditedAdmin lets WithAdmin's actions run over a store that keeps
+// no audit trail (one without eventstore.Auditor, such as a wrapper that
+// hides it): New logs a warning, and each action's answer says its audit
+// was not recorded. Without it New refuses such a store with ErrNoAudit.
+// Both stores of this module keep the trail.
+func WithUnauditedAdmin() Option { return func(c *config) { c.unaudited = true } }
 
 // WithAnonymousReads serves every saga's data (payloads: customer data,
 // amounts, references) to anyone who can reach the handler, without
@@ -178,6 +217,11 @@ func WithAuthorizer(authorize func(r *http.Request) error) Option {
 // authenticates; New logs a warning. Without it, New requires
 // WithReadToken or WithAuthorizer.
 func WithAnonymousReads() Option { return func(c *config) { c.anonymous = true } }
+
+// ErrNoAudit is returned by New when WithAdmin enables actions over a
+// store that keeps no audit trail (it does not implement
+// eventstore.Auditor) and WithUnauditedAdmin was not given.
+var ErrNoAudit = errors.New("tracewindow: admin actions need an event store that keeps an audit trail (eventstore.Auditor; the memory and Cassandra stores do), or WithUnauditedAdmin")
 
 // ErrNoReadAuth is returned by New when no read authentication is
 // configured (WithReadToken, WithAuthorizer) and anonymous reads were not
@@ -223,12 +267,13 @@ func TraceURL(template, txID, traceID string) string {
 //
 //	mux.Handle("/trace/", http.StripPrefix("/trace", tw))
 type Handler struct {
-	store eventstore.Store
-	scope eventstore.Scope
-	cfg   config
-	cop   *http.CrossOriginProtection
-	token [32]byte // sha256 of the admin token
-	read  [32]byte // sha256 of the read token
+	store   eventstore.Store
+	auditor eventstore.Auditor // nil: the store keeps no audit trail
+	scope   eventstore.Scope
+	cfg     config
+	cop     *http.CrossOriginProtection
+	token   [32]byte // sha256 of the admin token
+	read    [32]byte // sha256 of the read token
 
 	healthMu  sync.Mutex
 	healthAt  time.Time
@@ -257,6 +302,7 @@ func New(store eventstore.Store, scope eventstore.Scope, opts ...Option) (*Handl
 		}
 	}
 	h := &Handler{store: store, scope: scope, cfg: cfg, cop: http.NewCrossOriginProtection()}
+	h.auditor, _ = store.(eventstore.Auditor)
 	switch {
 	case cfg.readToken != "":
 		if len(cfg.readToken) < MinTokenLen {
@@ -278,6 +324,13 @@ func New(store eventstore.Store, scope eventstore.Scope, opts ...Option) (*Handl
 			return nil, fmt.Errorf("tracewindow: the admin token must be at least %d bytes", MinTokenLen)
 		}
 		h.token = sha256.Sum256([]byte(a.Token))
+		if h.auditor == nil {
+			if !cfg.unaudited {
+				return nil, ErrNoAudit
+			}
+			cfg.logger.Warn("tracewindow: admin actions are enabled over an event store that keeps no audit trail (it does not implement eventstore.Auditor): " +
+				"they leave no record of who did what, only log lines")
+		}
 	}
 	return h, nil
 }
@@ -333,9 +386,11 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, name, ctype 
 	}
 }
 
-// apiError is the body of every error response: {"error": "..."}.
+// apiError is the body of every error response: {"error": "..."}; an
+// admin action's adds whether it was audited.
 type apiError struct {
 	Error string `json:"error"`
+	Audit string `json:"audit,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -435,6 +490,8 @@ type ConfigDoc struct {
 	MaxRange     int64              `json:"max_range_ms"`
 	MaxLimit     int                `json:"max_limit"`
 	TraceLink    string             `json:"trace_link,omitempty"`
+	// Audit says the store keeps the admin actions' audit trail.
+	Audit bool `json:"audit"`
 }
 
 func (h *Handler) apiConfig(w http.ResponseWriter, _ *http.Request) {
@@ -446,7 +503,7 @@ func (h *Handler) apiConfig(w http.ResponseWriter, _ *http.Request) {
 		Scope: ScopeView{Region: h.scope.Region, Cluster: h.scope.Cluster, Service: h.scope.Service}, Index: h.cfg.index != nil, Admin: acts, States: States,
 		RefreshMS: h.cfg.refresh.Milliseconds(), HealthWindow: h.cfg.healthWindow.Milliseconds(),
 		DefaultRange: DefaultListRange.Milliseconds(), MaxRange: MaxRange.Milliseconds(), MaxLimit: MaxListLimit,
-		TraceLink: h.cfg.traceLink,
+		TraceLink: h.cfg.traceLink, Audit: h.auditor != nil,
 	})
 }
 
@@ -822,6 +879,7 @@ func (h *Handler) apiSaga(w http.ResponseWriter, r *http.Request, id string) {
 	d := buildDetail(&tx, tryouts, frozen, h.cfg.now())
 	d.Saga.TraceURL = TraceURL(h.cfg.traceLink, tx.TxID, tx.TraceID)
 	d.Actions = h.actionsFor(&tx)
+	h.auditTrail(ctx, &d)
 	writeJSON(w, http.StatusOK, d)
 }
 
@@ -860,7 +918,9 @@ type resumeBody struct {
 // apiAction runs an admin action. It needs admin enabled, a same-origin
 // (or non-browser) request, the bearer token and a JSON body: a
 // cross-site form cannot send the Authorization header nor a JSON content
-// type, and the page keeps the token out of cookies.
+// type, and the page keeps the token out of cookies. Once the caller is
+// authenticated and the transaction id valid, the action is audited
+// whatever its outcome (see Admin).
 func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action string) {
 	a := h.cfg.admin
 	if a == nil {
@@ -884,28 +944,91 @@ func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action s
 		writeError(w, http.StatusUnauthorized, "wrong admin token")
 		return
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, "admin actions take Content-Type: application/json (form posts are refused)")
-		return
-	}
 	if err := validTxID(id); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	rec := eventstore.AuditRecord{TxID: id, At: h.cfg.now(), Actor: h.actor(r), Action: action}
+	out := h.runAction(r, a, id, action)
+	rec.Detail, rec.Result = out.detail, out.result
+	if out.code != http.StatusOK {
+		rec.Error = out.msg
+		if out.err != nil {
+			rec.Error = out.err.Error()
+		}
+	}
+	log := h.cfg.logger.With("action", action, "tx", id, "remote", r.RemoteAddr, "actor", rec.Actor, "result", rec.Result)
+	switch {
+	case out.code == http.StatusOK:
+		log.Info("tracewindow: admin action done")
+	case out.code >= http.StatusInternalServerError:
+		log.Warn("tracewindow: admin action failed", "err", rec.Error)
+	default:
+		log.Info("tracewindow: admin action refused", "err", rec.Error)
+	}
+	audit := h.audit(r.Context(), rec, log)
+	if out.code != http.StatusOK {
+		if out.code == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", strconv.Itoa(int(orchestrator.ResumeRetryAfter/time.Second)))
+		}
+		writeJSON(w, out.code, apiError{Error: out.msg, Audit: audit})
+		return
+	}
+	doc := map[string]any{"ok": true, "action": action, "tx_id": id, "audit": audit}
+	if tx, err := h.store.LoadTransaction(r.Context(), h.scope, id); err == nil {
+		e := EntryOf(&tx)
+		if h.cfg.index != nil {
+			h.cfg.index.Observe(h.scope, e)
+		}
+		doc["saga"] = e
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+// Audit results of the admin actions (eventstore.AuditRecord.Result).
+const (
+	resultOK             = eventstore.AuditOK
+	resultBadRequest     = eventstore.AuditRefused + ": bad request"
+	resultNotFound       = eventstore.AuditRefused + ": not found"
+	resultNotEnabled     = eventstore.AuditRefused + ": not enabled"
+	resultUnknownAction  = eventstore.AuditRefused + ": unknown action"
+	resultWrongState     = eventstore.AuditRefused + ": wrong state"
+	resultCorrelationKey = eventstore.AuditRefused + ": wrong correlation key"
+	resultRetryLater     = eventstore.AuditFailed + ": retry later"
+	resultFailed         = eventstore.AuditFailed
+)
+
+// actionOutcome is what an admin action came to: its answer (code, msg)
+// and its audit (result, detail, err).
+type actionOutcome struct {
+	code   int
+	msg    string // the error answered; "" when ok
+	result string
+	detail string
+	err    error // the action's error, recorded whole (msg otherwise)
+}
+
+func refused(code int, result, format string, args ...any) actionOutcome {
+	return actionOutcome{code: code, result: result, msg: fmt.Sprintf(format, args...)}
+}
+
+// runAction checks the request's body and runs the action.
+func (h *Handler) runAction(r *http.Request, a *Admin, id, action string) actionOutcome {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return refused(http.StatusUnsupportedMediaType, resultBadRequest, "admin actions take Content-Type: application/json (form posts are refused)")
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxActionBody+1))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "read body: %v", err)
-		return
+		return refused(http.StatusBadRequest, resultBadRequest, "read body: %v", err)
 	}
 	if len(body) > maxActionBody {
-		writeError(w, http.StatusRequestEntityTooLarge, "body over %d bytes", maxActionBody)
-		return
+		return refused(http.StatusRequestEntityTooLarge, resultBadRequest, "body over %d bytes", maxActionBody)
 	}
 	if len(strings.TrimSpace(string(body))) > 0 && !json.Valid(body) {
-		writeError(w, http.StatusBadRequest, "body is not JSON")
-		return
+		return refused(http.StatusBadRequest, resultBadRequest, "body is not JSON")
 	}
 	ctx := r.Context()
+	var detail string
 	switch action {
 	case ActionRestore:
 		err = call(ctx, a.Restore, id)
@@ -921,64 +1044,119 @@ func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action s
 		var rb resumeBody
 		if len(body) > 0 {
 			if jerr := json.Unmarshal(body, &rb); jerr != nil {
-				writeError(w, http.StatusBadRequest, "resume body: %v", jerr)
-				return
+				return refused(http.StatusBadRequest, resultBadRequest, "resume body: %v", jerr)
 			}
 		}
 		if rb.CorrelationKey == "" {
-			writeError(w, http.StatusBadRequest, `resume needs {"correlation_key": "...", "context": {...}}`)
-			return
+			return refused(http.StatusBadRequest, resultBadRequest, `resume needs {"correlation_key": "...", "context": {...}}`)
 		}
+		var rc map[string]string
 		if len(rb.Context) > 0 {
-			var rc map[string]string
 			if jerr := json.Unmarshal(rb.Context, &rc); jerr != nil {
-				writeError(w, http.StatusBadRequest, "the resume context must be a JSON object of strings: %v", jerr)
-				return
+				out := refused(http.StatusBadRequest, resultBadRequest, "the resume context must be a JSON object of strings: %v", jerr)
+				out.detail = resumeDetail(rb.CorrelationKey, nil)
+				return out
 			}
 		}
+		detail = resumeDetail(rb.CorrelationKey, rc)
 		err = a.Resume(ctx, id, rb.CorrelationKey, rb.Context)
 	default:
-		writeError(w, http.StatusNotFound, "unknown admin action %.32q: want one of %s", action, strings.Join([]string{ActionRestore, ActionRedrive, ActionResend, ActionResume}, ", "))
-		return
+		return refused(http.StatusNotFound, resultUnknownAction, "unknown admin action %.32q: want one of %s", action,
+			strings.Join([]string{ActionRestore, ActionRedrive, ActionResend, ActionResume}, ", "))
 	}
-	log := h.cfg.logger.With("action", action, "tx", id, "remote", r.RemoteAddr)
+	out := actionOutcome{code: http.StatusOK, result: resultOK, detail: detail, err: err}
 	switch {
+	case err == nil:
 	case errors.Is(err, errNotEnabled):
-		writeError(w, http.StatusNotFound, "admin action %s is not enabled on this Trace Window", action)
-		return
+		out.code, out.result, out.err = http.StatusNotFound, resultNotEnabled, nil
+		out.msg = fmt.Sprintf("admin action %s is not enabled on this Trace Window", action)
 	case errors.Is(err, eventstore.ErrNotFound):
-		writeError(w, http.StatusNotFound, "no saga %s", id)
-		return
+		out.code, out.result = http.StatusNotFound, resultNotFound
+		out.msg = fmt.Sprintf("no saga %s", id)
+	case errors.Is(err, orchestrator.ErrCorrelationKey), errors.Is(err, recovery.ErrCorrelationKey):
+		out.code, out.result, out.msg = http.StatusConflict, resultCorrelationKey, err.Error()
 	case errors.Is(err, recovery.ErrNotRestorable), errors.Is(err, orchestrator.ErrNotRetryPending), errors.Is(err, orchestrator.ErrNotInFlight),
-		errors.Is(err, orchestrator.ErrNotPaused), errors.Is(err, orchestrator.ErrCorrelationKey),
-		errors.Is(err, recovery.ErrNotPaused), errors.Is(err, recovery.ErrCorrelationKey):
-		log.Info("tracewindow: admin action refused", "err", err)
-		writeError(w, http.StatusConflict, "%v", err)
-		return
+		errors.Is(err, orchestrator.ErrNotPaused), errors.Is(err, recovery.ErrNotPaused):
+		out.code, out.result, out.msg = http.StatusConflict, resultWrongState, err.Error()
 	case errors.Is(err, eventstore.ErrInvalid), errors.Is(err, topics.ErrMalformed):
-		log.Info("tracewindow: admin action refused: bad input", "err", err)
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
+		out.code, out.result, out.msg = http.StatusBadRequest, resultBadRequest, err.Error()
 	case errors.Is(err, orchestrator.ErrRetryLater):
-		log.Warn("tracewindow: admin action not done now; retry later", "err", err)
-		w.Header().Set("Retry-After", strconv.Itoa(int(orchestrator.ResumeRetryAfter/time.Second)))
-		writeError(w, http.StatusServiceUnavailable, "%s %s: not done now, retry later: %v", action, id, err)
-		return
-	case err != nil:
-		log.Warn("tracewindow: admin action failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "%s %s: %v", action, id, err)
-		return
+		out.code, out.result = http.StatusServiceUnavailable, resultRetryLater
+		out.msg = fmt.Sprintf("%s %s: not done now, retry later: %v", action, id, err)
+	default:
+		out.code, out.result = http.StatusInternalServerError, resultFailed
+		out.msg = fmt.Sprintf("%s %s: %v", action, id, err)
 	}
-	log.Info("tracewindow: admin action done")
-	doc := map[string]any{"ok": true, "action": action, "tx_id": id}
-	if tx, err := h.store.LoadTransaction(ctx, h.scope, id); err == nil {
-		e := EntryOf(&tx)
-		if h.cfg.index != nil {
-			h.cfg.index.Observe(h.scope, e)
+	return out
+}
+
+// resumeDetail is the audit detail of a resume: its correlation key and
+// the keys of its resume context, never their values.
+func resumeDetail(key string, rc map[string]string) string {
+	d := "correlation key " + key
+	if len(rc) > 0 {
+		d += "; context keys: " + strings.Join(slices.Sorted(maps.Keys(rc)), ", ")
+	}
+	return d
+}
+
+// actor names the caller of an admin action (WithActor, or the token and
+// the caller's address).
+func (h *Handler) actor(r *http.Request) string {
+	if f := h.cfg.actor; f != nil {
+		if a := strings.TrimSpace(f(r)); a != "" {
+			return a
 		}
-		doc["saga"] = e
 	}
-	writeJSON(w, http.StatusOK, doc)
+	return "admin-token from " + r.RemoteAddr
+}
+
+// Answers of an admin action about its audit record ("audit").
+const (
+	auditRecorded     = "recorded"
+	auditNoTrail      = "not recorded: this event store keeps no audit trail"
+	auditNotWritten   = "not recorded: the audit record could not be written (the event store refused it or did not answer; the cause is in the server's log)"
+	auditWriteTimeout = 10 * time.Second
+)
+
+// audit appends rec (clipped to the store's bounds) to the saga's audit
+// trail and returns what the answer says of it. It writes even when the
+// client has gone (the action ran); a failure is logged at Error.
+func (h *Handler) audit(ctx context.Context, rec eventstore.AuditRecord, log *slog.Logger) string {
+	if h.auditor == nil {
+		return auditNoTrail
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
+	defer cancel()
+	if err := h.auditor.AppendAudit(ctx, h.scope, rec.Clip()); err != nil {
+		log.Error("tracewindow: the admin action's audit record was not written", "err", err, "at", rec.At, "detail", rec.Detail, "action_err", rec.Error)
+		return auditNotWritten
+	}
+	return auditRecorded
+}
+
+// MaxAuditShown is how many audit records the saga page shows: the latest.
+const MaxAuditShown = 100
+
+// auditTrail adds the saga's audit trail to d; a store that keeps none, or
+// a read that fails (logged), leaves d.AuditUnavailable saying so.
+func (h *Handler) auditTrail(ctx context.Context, d *Detail) {
+	if h.auditor == nil {
+		d.AuditUnavailable = "this event store keeps no audit trail"
+		return
+	}
+	recs, err := h.auditor.AuditTrail(ctx, h.scope, d.Saga.TxID, MaxAuditShown+1)
+	if err != nil {
+		h.cfg.logger.Warn("tracewindow: read audit trail failed", "tx", d.Saga.TxID, "err", err)
+		d.AuditUnavailable = "the audit trail could not be read: the event store did not answer (details are in the server's log)"
+		return
+	}
+	if len(recs) > MaxAuditShown {
+		recs, d.AuditMore = recs[len(recs)-MaxAuditShown:], true
+	}
+	for _, rec := range recs {
+		d.Audit = append(d.Audit, viewAudit(rec))
+	}
 }
 
 var errNotEnabled = errors.New("tracewindow: action not enabled")

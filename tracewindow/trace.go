@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
@@ -109,10 +110,43 @@ type Detail struct {
 	Steps        []StepView   `json:"steps"`
 	// Actions are the admin actions enabled for the saga in its state.
 	Actions []string `json:"actions"`
+	// Audit is the saga's admin audit trail, oldest first: the latest
+	// MaxAuditShown records (see Admin).
+	Audit []AuditView `json:"audit"`
+	// AuditMore says older records exist than Audit shows.
+	AuditMore bool `json:"audit_more,omitempty"`
+	// AuditUnavailable says why Audit is empty when the trail could not be
+	// read, or the store keeps none ("" otherwise).
+	AuditUnavailable string `json:"audit_unavailable,omitempty"`
 	// Refresh says the saga is still moving: the page polls it.
 	Refresh bool `json:"refresh"`
 	// Now is when the detail was built (open segments end there).
 	Now time.Time `json:"now"`
+}
+
+// AuditView is one admin action of a saga's audit trail.
+type AuditView struct {
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"`
+	Detail string    `json:"detail,omitempty"`
+	// Result is "ok", "refused: <class>" or "failed[: <class>]".
+	Result string `json:"result"`
+	// Error is a refused action's error, as its answer gave it.
+	Error string `json:"error,omitempty"`
+	// ErrorWithheld says a failed action's error is not shown: it can name
+	// the store's or Kafka's hosts. It is in the store's record (sagactl
+	// show prints it) and in the server's log.
+	ErrorWithheld bool `json:"error_withheld,omitempty"`
+}
+
+// viewAudit is rec as the API shows it.
+func viewAudit(rec eventstore.AuditRecord) AuditView {
+	v := AuditView{At: rec.At, Actor: rec.Actor, Action: rec.Action, Detail: rec.Detail, Result: rec.Result, Error: rec.Error}
+	if rec.Error != "" && !strings.HasPrefix(rec.Result, eventstore.AuditRefused) {
+		v.Error, v.ErrorWithheld = "", true
+	}
+	return v
 }
 
 // Timings sums up where the saga's time went.
@@ -298,7 +332,7 @@ type laneKey struct {
 // buildDetail assembles the saga page's data from the saga row and its
 // history at now.
 func buildDetail(tx *eventstore.Transaction, tryouts []eventstore.Tryout, frozen *eventstore.FrozenTransaction, now time.Time) Detail {
-	d := Detail{Saga: viewSaga(tx, frozen), Now: now, Retries: []RetryAudit{}, Steps: make([]StepView, 0, len(tryouts)), Actions: []string{}}
+	d := Detail{Saga: viewSaga(tx, frozen), Now: now, Retries: []RetryAudit{}, Steps: make([]StepView, 0, len(tryouts)), Actions: []string{}, Audit: []AuditView{}}
 	slices.SortStableFunc(tryouts, func(a, b eventstore.Tryout) int { return a.Index - b.Index })
 	for _, t := range tryouts {
 		d.Steps = append(d.Steps, StepView{

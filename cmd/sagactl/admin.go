@@ -15,6 +15,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
@@ -47,9 +48,9 @@ var now = func() time.Time { return time.Now().UTC() }
 const adminUsage = `usage:
   sagactl list retry-pending|paused|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
   sagactl show TXID [flags]
-  sagactl restore TXID [flags]
-  sagactl restore --all-disabled [flags]
-  sagactl resume TXID CORRELATION_KEY [key=value ...] [flags]
+  sagactl restore TXID [--actor NAME] [flags]
+  sagactl restore --all-disabled [--actor NAME] [flags]
+  sagactl resume TXID CORRELATION_KEY [key=value ...] [--actor NAME] [flags]
 
 list prints the sagas of one service, newest first (transaction ids made
 by the orchestrator sort by creation time), with state, step, age and
@@ -71,9 +72,10 @@ reason:
   Pages hold --limit sagas (default 50); the table ends with the --after
   cursor of the next page when there is one; --page P is page P (from 1).
 
-show prints one saga (state, step, error, lifetime, trace id, watchdog, frozen copy)
-and its whole history: index, span, kind, endpoint, attempt, outcome, error,
-started, duration.
+show prints one saga (state, step, error, lifetime, trace id, watchdog, frozen copy),
+its whole history: index, span, kind, endpoint, attempt, outcome, error,
+started, duration, and its admin audit trail: every admin action on it (when,
+who, action, detail, result, error), from sagactl and the Trace Window.
 
 restore makes a saga run again through the retry nodes (it sends nothing
 itself): a DISABLED saga's lifetime restarts now; a DISABLED or
@@ -95,6 +97,16 @@ on its first pass after that window. Resuming again with the same key does
 nothing new and exits 0 (already resumed; a saga still waiting for its
 retry node gets another retry registered).
 
+restore and resume record each saga they act on in its admin audit trail
+(the store's es_admin_audit, which show and the Trace Window show): who
+(--actor, default sagactl:<os user>@<hostname>), when, the action (and for
+resume the correlation key and the context's keys, never their values), the
+result (ok; refused: wrong state, not found, wrong correlation key, bad
+request; failed) and the error. A record that cannot be written (a keyspace
+from before the audit table: run sagactl schema apply) is reported on stderr
+as a warning and in the JSON's "audit" field; the exit code stays the
+action's.
+
 flags (every command):
   --service NAME        the orchestrating service (required; env
                         STACKSAGA_INSTANCE_SERVICE, yaml stacksaga.instance.service)
@@ -114,6 +126,8 @@ flags (every command):
                         a flag shows the secret in the process list
   --timeout D           bound on the whole command (default 2m)
   --json                print one JSON document on stdout instead of text
+  --actor NAME          restore, resume: who the audit records name (default
+                        sagactl:<os user>@<hostname>; at most 256 bytes)
   Values come from --config, then the environment (STACKSAGA_CASSANDRA_*,
   STACKSAGA_INSTANCE_*), then the flags.
 
@@ -150,6 +164,8 @@ type adminFlags struct {
 	after       *string
 	// restore
 	allDisabled *bool
+	// restore, resume
+	actor *string
 }
 
 func newAdminFlags(cmd string) *adminFlags {
@@ -176,6 +192,9 @@ func newAdminFlags(cmd string) *adminFlags {
 		f.after = fs.String("after", "", "cursor")
 	case "restore":
 		f.allDisabled = fs.Bool("all-disabled", false, "restore every DISABLED saga")
+	}
+	if cmd == "restore" || cmd == "resume" {
+		f.actor = fs.String("actor", "", "who the audit records name")
 	}
 	return f
 }
@@ -212,6 +231,8 @@ type cli struct {
 	scope          eventstore.Scope
 	store          eventstore.Store
 	rcfg           recovery.Config
+	// actor names who runs restore and resume in their audit records.
+	actor string
 }
 
 // failf prints one error line and returns code.
@@ -289,8 +310,20 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	if *f.timeout <= 0 {
 		return failf(stderr, exitUsage, "%s: --timeout %v: want a positive duration", cmd, *f.timeout)
 	}
+	var actor string
+	if f.actor != nil {
+		actor = strings.TrimSpace(*f.actor)
+		switch {
+		case !set["actor"]:
+			actor = defaultActor()
+		case actor == "":
+			return failf(stderr, exitUsage, "%s: --actor is empty", cmd)
+		case len(actor) > eventstore.MaxAuditActorBytes || !utf8.ValidString(actor):
+			return failf(stderr, exitUsage, "%s: --actor: want valid UTF-8 of at most %d bytes", cmd, eventstore.MaxAuditActorBytes)
+		}
+	}
 
-	c := &cli{stdout: stdout, stderr: stderr, json: *f.json}
+	c := &cli{stdout: stdout, stderr: stderr, json: *f.json, actor: actor}
 	var data []byte
 	if *f.config != "" {
 		if data, err = os.ReadFile(*f.config); err != nil {
@@ -726,6 +759,10 @@ type jsonShow struct {
 	Frozen    *jsonFrozenCopy   `json:"frozen"`
 	History   []jsonTryout      `json:"history"`
 	Hints     map[string]string `json:"hints,omitempty"`
+	// Audit is the saga's admin audit trail, oldest first; AuditError
+	// says why it could not be read.
+	Audit      []jsonAudit `json:"audit"`
+	AuditError string      `json:"audit_error,omitempty"`
 }
 
 type jsonCompleted struct {
@@ -762,6 +799,7 @@ func (c *cli) show(ctx context.Context, txID string) int {
 		return c.failf(exitFailure, "show %s: read frozen copy: %v", txID, err)
 	}
 	out := jsonShow{Scope: jsonScope(c.scope), Saga: toJSONSaga(tx, at), Frozen: frozen, History: []jsonTryout{}, Completed: []jsonCompleted{}, Hints: tx.Hints}
+	out.Audit, out.AuditError = c.auditTrail(ctx, txID)
 	for _, cs := range tx.Completed {
 		out.Completed = append(out.Completed, jsonCompleted(cs))
 	}
@@ -819,10 +857,43 @@ func (c *cli) show(ctx context.Context, txID string) int {
 		return c.failf(exitFailure, "write: %v", err)
 	}
 	fmt.Fprintf(w, "\nhistory (%d tryouts)\n", len(tries))
-	if len(tries) == 0 {
+	if len(tries) > 0 {
+		if code := c.printHistory(tries); code != exitOK {
+			return code
+		}
+	}
+	return c.printAudit(out.Audit, out.AuditError)
+}
+
+// printAudit prints show's admin audit section.
+func (c *cli) printAudit(recs []jsonAudit, readErr string) int {
+	w := c.stdout
+	if readErr != "" {
+		fmt.Fprintf(w, "\nadmin audit: not available: %s\n", oneLine(readErr, 300))
 		return exitOK
 	}
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "\nadmin audit (%d records)\n", len(recs))
+	if len(recs) == 0 {
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WHEN\tACTOR\tACTION\tRESULT\tDETAIL\tERROR")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(r.At), cell(r.Actor, 80), cell(r.Action, 40), cell(r.Result, 60),
+			cell(r.Detail, 120), cell(r.Error, 120))
+	}
+	if err := tw.Flush(); err != nil {
+		return c.failf(exitFailure, "write: %v", err)
+	}
+	return exitOK
+}
+
+// cell is oneLine(s, n) without tabs, for a tabwriter cell.
+func cell(s string, n int) string { return strings.ReplaceAll(oneLine(s, n), "\t", " ") }
+
+// printHistory prints show's history table.
+func (c *cli) printHistory(tries []eventstore.Tryout) int {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tSPAN\tKIND\tENDPOINT\tATTEMPT\tOUTCOME\tERROR\tSTARTED\tDURATION")
 	for _, t := range tries {
 		dur := "-"
@@ -858,23 +929,29 @@ type jsonRestore struct {
 	// it maps to).
 	Error string `json:"error,omitempty"`
 	Code  int    `json:"code,omitempty"`
+	// Audit says whether the restore's audit record was written:
+	// "recorded", or "not recorded: <why>".
+	Audit string `json:"audit"`
 }
 
-// restoreOne restores one saga; code is its exit code.
-func (c *cli) restoreOne(ctx context.Context, w *recovery.Writer, txID string) (jsonRestore, int) {
+// restoreOne restores one saga and records it in its audit trail (detail:
+// the audit record's); code is its exit code.
+func (c *cli) restoreOne(ctx context.Context, w *recovery.Writer, txID, detail string) (jsonRestore, int) {
 	res, err := recovery.Restore(ctx, c.store, w, c.scope, txID, now())
 	out := jsonRestore{TxID: txID, From: string(res.From)}
 	var code int
+	result := eventstore.AuditOK
 	switch {
 	case err == nil:
 	case errors.Is(err, recovery.ErrNotRestorable):
-		code = exitNotRestorable
+		code, result = exitNotRestorable, eventstore.AuditRefused+": wrong state"
 	case errors.Is(err, eventstore.ErrNotFound) && res.From == "":
-		code = exitNotFound
+		code, result = exitNotFound, eventstore.AuditRefused+": not found"
 		err = fmt.Errorf("no such saga in %s", c.scopeString())
 	default:
-		code = exitFailure
+		code, result = exitFailure, eventstore.AuditFailed
 	}
+	out.Audit = c.audit(ctx, txID, "restore", detail, result, err)
 	if err != nil {
 		out.Error, out.Code = fmt.Sprintf("restore %s: %v", txID, err), code
 		return out, code
@@ -926,7 +1003,7 @@ func (c *cli) restore(ctx context.Context, txID string) int {
 	if err != nil {
 		return c.failf(exitFailure, "restore %s: %v", txID, err)
 	}
-	r, code := c.restoreOne(ctx, w, txID)
+	r, code := c.restoreOne(ctx, w, txID, "")
 	if code != exitOK {
 		return c.failf(code, "%s", r.Error)
 	}
@@ -959,7 +1036,7 @@ func (c *cli) restoreAllDisabled(ctx context.Context) int {
 	worst := exitOK
 	rank := map[int]int{exitOK: 0, exitNotFound: 1, exitNotRestorable: 2, exitFailure: 3}
 	for _, s := range l.Sagas {
-		r, code := c.restoreOne(ctx, w, s.TxID)
+		r, code := c.restoreOne(ctx, w, s.TxID, "restore --all-disabled")
 		out.Results = append(out.Results, r)
 		if code != exitOK {
 			out.Failed++

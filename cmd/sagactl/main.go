@@ -13,7 +13,7 @@
 //	sagactl trace-window --addr 127.0.0.1:8088 --service S
 //	sagactl ring [--master host:port] [--json]
 //
-// print writes the schema script (the keyspace and the 9 tables, every
+// print writes the schema script (the keyspace and the 10 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
 // cluster, then adds to tables created by an older release the columns
 // they lack (ALTER TABLE ... ADD; it never drops or changes a column, and
@@ -215,8 +215,12 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintf(stdout, "schema applied: keyspace %s (%s) on %s\n", cfg.Keyspace, cfg.Replication, strings.Join(cfg.ContactPoints, ","))
 	for _, stmt := range pending {
-		if strings.HasPrefix(stmt, "ALTER TABLE ") {
+		switch {
+		case strings.HasPrefix(stmt, "ALTER TABLE "):
 			fmt.Fprintf(stdout, "  upgraded: %s\n", stmt)
+		case strings.HasPrefix(stmt, "CREATE TABLE "):
+			head, _, _ := strings.Cut(stmt, " (")
+			fmt.Fprintf(stdout, "  created: %s\n", head)
 		}
 	}
 	return 0

@@ -61,6 +61,9 @@ type jsonResume struct {
 	RetryDue time.Time `json:"retry_due,omitzero"`
 	// WindowSeconds is the retry nodes' window interval.
 	WindowSeconds float64 `json:"window_seconds"`
+	// Audit says whether the resume's audit record was written:
+	// "recorded", or "not recorded: <why>".
+	Audit string `json:"audit"`
 }
 
 // resume runs `sagactl resume TXID KEY [k=v ...]`.
@@ -70,20 +73,29 @@ func (c *cli) resume(ctx context.Context, txID, key string, rc map[string]string
 		return c.failf(exitFailure, "resume %s: %v", txID, err)
 	}
 	res, err := recovery.RequestResume(ctx, c.store, w, c.scope, txID, key, rc, now())
+	detail := resumeDetail(key, rc)
 	switch {
 	case err == nil:
-	case errors.Is(err, recovery.ErrNotPaused), errors.Is(err, recovery.ErrCorrelationKey):
+	case errors.Is(err, recovery.ErrCorrelationKey):
+		c.audit(ctx, txID, "resume", detail, eventstore.AuditRefused+": wrong correlation key", err)
+		return c.failf(exitNotPaused, "resume %s: %v", txID, err)
+	case errors.Is(err, recovery.ErrNotPaused):
+		c.audit(ctx, txID, "resume", detail, eventstore.AuditRefused+": wrong state", err)
 		return c.failf(exitNotPaused, "resume %s: %v", txID, err)
 	case errors.Is(err, eventstore.ErrNotFound) && res.State == "":
+		c.audit(ctx, txID, "resume", detail, eventstore.AuditRefused+": not found", err)
 		return c.failf(exitNotFound, "resume %s: no such saga in %s", txID, c.scopeString())
 	case errors.Is(err, eventstore.ErrInvalid):
+		c.audit(ctx, txID, "resume", detail, eventstore.AuditRefused+": bad request", err)
 		return c.failf(exitUsage, "resume %s: %v", txID, err)
 	default:
+		c.audit(ctx, txID, "resume", detail, eventstore.AuditFailed, err)
 		return c.failf(exitFailure, "resume %s: %v", txID, err)
 	}
 	out := jsonResume{TxID: txID, Status: "requested", State: string(res.State), CorrelationKey: key,
 		Span: res.Span, Kind: res.Kind, Endpoint: res.Endpoint, Attempt: res.Attempt,
 		PauseEvent: res.Event, PausedUntil: res.PausedUntil, Context: rc, WindowSeconds: w.Windows().Interval().Seconds()}
+	out.Audit = c.audit(ctx, txID, "resume", detail, eventstore.AuditOK, nil)
 	if res.AlreadyResumed {
 		out.Status = "already_resumed"
 	}

@@ -50,8 +50,9 @@ func firstReleaseKeyspace(t *testing.T) (hosts []string, keyspace string, s *goc
 	return hosts, keyspace, s
 }
 
-// TestSchemaApplyUpgradesOldKeyspace: diff lists the 8 columns a
-// first-release keyspace lacks, apply adds them (and says so), diff then
+// TestSchemaApplyUpgradesOldKeyspace: diff lists the 8 columns and the
+// table (es_admin_audit) a first-release keyspace lacks, apply adds them
+// (and says so), diff then
 // finds nothing, and the store writes sagas with the new fields.
 func TestSchemaApplyUpgradesOldKeyspace(t *testing.T) {
 	clearEnv(t)
@@ -68,8 +69,17 @@ func TestSchemaApplyUpgradesOldKeyspace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("diff: exit %d: %s", code, errOut)
 	}
-	want := "-- keyspace " + ks + " on " + strings.Join(hosts, ",") + ": 8 statements to run (sagactl schema apply runs them)\n\n" +
-		strings.Join(alters, ";\n\n") + ";\n"
+	// The admin audit table came after the first release too.
+	stmts, err := cassandra.SchemaStatements(ks, cassandra.SimpleReplication(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	createAudit := stmts[len(stmts)-1]
+	if !strings.HasPrefix(createAudit, "CREATE TABLE IF NOT EXISTS "+ks+".es_admin_audit (") {
+		t.Fatalf("the schema's last statement is not the audit table's: %s", createAudit)
+	}
+	want := "-- keyspace " + ks + " on " + strings.Join(hosts, ",") + ": 9 statements to run (sagactl schema apply runs them)\n\n" +
+		strings.Join(append(alters, createAudit), ";\n\n") + ";\n"
 	if out != want {
 		t.Fatalf("diff printed\n%s\nwant\n%s", out, want)
 	}
@@ -82,6 +92,9 @@ func TestSchemaApplyUpgradesOldKeyspace(t *testing.T) {
 		if !strings.Contains(out, "  upgraded: "+a+"\n") {
 			t.Errorf("apply output does not list %q:\n%s", a, out)
 		}
+	}
+	if !strings.Contains(out, "  created: CREATE TABLE IF NOT EXISTS "+ks+".es_admin_audit\n") {
+		t.Errorf("apply output does not list the table it created:\n%s", out)
 	}
 
 	code, out, errOut = sagactl(t, append([]string{"schema", "diff"}, flags...)...)
@@ -144,12 +157,12 @@ func TestSchemaDiffMissingKeyspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, ": 10 statements to run") || !strings.HasSuffix(out, "\n"+strings.Join(stmts, ";\n\n")+";\n") {
+	if !strings.Contains(out, ": 11 statements to run") || !strings.HasSuffix(out, "\n"+strings.Join(stmts, ";\n\n")+";\n") {
 		t.Fatalf("diff of a missing keyspace:\n%s", out)
 	}
 	// Still missing: diff changed nothing.
 	code, out, _ = sagactl(t, "schema", "diff", "--hosts", strings.Join(hosts, ","), "--keyspace", ks, "--replication", "SimpleStrategy:1")
-	if code != 0 || !strings.Contains(out, ": 10 statements to run") {
+	if code != 0 || !strings.Contains(out, ": 11 statements to run") {
 		t.Fatalf("second diff: exit %d\n%.200s", code, out)
 	}
 }

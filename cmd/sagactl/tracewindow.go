@@ -56,6 +56,10 @@ It is read-only unless --admin is given: then the saga page offers restore
 back to the retry nodes, as sagactl restore does), authorised by the bearer
 token in STACKSAGA_TRACE_WINDOW_TOKEN (at least 16 bytes), which the page
 asks for.
+Every restore is recorded in the saga's admin audit trail (who: "admin-token
+from <address>", when, the result), which the saga page and sagactl show
+show; on a keyspace without the audit table (run sagactl schema apply) the
+action still runs, and its answer says the record was not written.
 
 flags:
   --addr HOST:PORT      where to listen (default 127.0.0.1:8088; keep it on

@@ -13,6 +13,7 @@ const (
 	TableInstancesByWindow  = "es_instances_by_recovery_window"
 	TableBucketsByInstance  = "es_buckets_by_instance"
 	TableRecoveryByInstance = "es_recovery_transactions_by_instance"
+	TableAdminAudit         = "es_admin_audit"
 )
 
 // keyspacePlaceholder stands for the keyspace in the statements below.
@@ -21,6 +22,7 @@ const keyspacePlaceholder = "{ks}"
 var tableNames = []string{
 	TableTransaction, TableTransactionTryout, TableFrozenTransaction, TableExecutionMarkers,
 	TableDaysByYear, TableWindowsByDay, TableInstancesByWindow, TableBucketsByInstance, TableRecoveryByInstance,
+	TableAdminAudit,
 }
 
 // Every statement of the store. Each names a full partition key (INSERTs
@@ -69,6 +71,10 @@ const (
 	cqlSelectEntries  = `SELECT transaction_id, domain, running_status, instance_id_token FROM {ks}.es_recovery_transactions_by_instance WHERE region = ? AND cluster = ? AND service_name = ? AND date_of_year = ? AND minute_of_day = ? AND instance_id = ? AND bucket_index = ? AND transaction_id > ? LIMIT ?`
 	cqlDeleteEntry    = `DELETE FROM {ks}.es_recovery_transactions_by_instance WHERE region = ? AND cluster = ? AND service_name = ? AND date_of_year = ? AND minute_of_day = ? AND instance_id = ? AND bucket_index = ? AND transaction_id = ?`
 	cqlDropBucket     = `DELETE FROM {ks}.es_recovery_transactions_by_instance WHERE region = ? AND cluster = ? AND service_name = ? AND date_of_year = ? AND minute_of_day = ? AND instance_id = ? AND bucket_index = ?`
+
+	cqlInsertAudit       = `INSERT INTO {ks}.es_admin_audit (region, cluster, service_name, transaction_id, acted_at, record_id, actor, action, detail, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	cqlSelectAudit       = `SELECT acted_at, actor, action, detail, result, error FROM {ks}.es_admin_audit WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
+	cqlSelectAuditLatest = `SELECT acted_at, actor, action, detail, result, error FROM {ks}.es_admin_audit WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? ORDER BY acted_at DESC, record_id DESC LIMIT ?`
 )
 
 // statements holds the store's statements with the keyspace filled in.
@@ -84,6 +90,7 @@ type statements struct {
 	upsertInstance, selectInstances, anyInstance, deleteInstance    string
 	upsertBucket, selectBuckets, deleteBucket                       string
 	upsertEntry, selectEntries, deleteEntry, dropBucket             string
+	insertAudit, selectAudit, selectAuditLatest                     string
 }
 
 func newStatements(keyspace string) statements {
@@ -100,5 +107,6 @@ func newStatements(keyspace string) statements {
 		upsertInstance: r(cqlUpsertInstance), selectInstances: r(cqlSelectInstance), anyInstance: r(cqlAnyInstance), deleteInstance: r(cqlDeleteInstance),
 		upsertBucket: r(cqlUpsertBucket), selectBuckets: r(cqlSelectBuckets), deleteBucket: r(cqlDeleteBucket),
 		upsertEntry: r(cqlUpsertEntry), selectEntries: r(cqlSelectEntries), deleteEntry: r(cqlDeleteEntry), dropBucket: r(cqlDropBucket),
+		insertAudit: r(cqlInsertAudit), selectAudit: r(cqlSelectAudit), selectAuditLatest: r(cqlSelectAuditLatest),
 	}
 }

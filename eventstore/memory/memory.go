@@ -68,6 +68,7 @@ var (
 	_ eventstore.Store          = (*Store)(nil)
 	_ eventstore.StateReader    = (*Store)(nil)
 	_ eventstore.WatchedCreator = (*Store)(nil)
+	_ eventstore.Auditor        = (*Store)(nil)
 )
 
 // New returns an empty in-memory store.
@@ -83,6 +84,7 @@ func New(opts ...Option) *Store {
 	for i := range s.shards {
 		s.shards[i].txs = make(map[txKey]*txRec)
 		s.shards[i].markers = make(map[txKey]map[markerCK]markerRec)
+		s.shards[i].audits = make(map[txKey][]eventstore.AuditRecord)
 	}
 	s.dir.init()
 	return s
@@ -148,6 +150,7 @@ type shard struct {
 	mu      sync.RWMutex
 	txs     map[txKey]*txRec
 	markers map[txKey]map[markerCK]markerRec
+	audits  map[txKey][]eventstore.AuditRecord // ordered by At, ties in append order
 }
 
 func (s *Store) shard(txID string) *shard {

@@ -130,6 +130,10 @@ var tests = []test{
 	{"DirectoryDeletes", testDirectoryDeletes},
 	{"DirectorySplitWrites", testDirectorySplitWrites},
 	{"RestoreWatchdog", testRestoreWatchdog},
+	{"AuditTrail", testAuditTrail},
+	{"AuditDefaults", testAuditDefaults},
+	{"AuditValidation", testAuditValidation},
+	{"AuditClosed", testAuditClosed},
 	{"CanceledContext", testCanceledContext},
 	{"Close", testClose},
 }

@@ -91,6 +91,7 @@
         if (!res.ok) {
           var err = new Error((body && body.error) || (res.status + ' ' + res.statusText));
           err.status = res.status;
+          err.body = body;
           if (res.status === 401 && (!opts.method || opts.method === 'GET')) askReadToken();
           throw err;
         }
@@ -423,6 +424,7 @@
       actionButtons(d));
     view.appendChild(head);
     view.appendChild(timelinePanel(d));
+    view.appendChild(auditPanel(d));
     view.appendChild(el('div', { class: 'two grid-gap' }, compensationPanel(d), retryPanel(d)));
     view.appendChild(stepsPanel(d, open));
     view.appendChild(entityPanel(s));
@@ -469,11 +471,14 @@
       body: JSON.stringify(body),
       credentials: 'omit',
     }).then(function (doc) {
-      flash(action + ' done' + (doc.saga ? ': the saga is ' + doc.saga.state : ''));
+      var unaudited = doc.audit && doc.audit !== 'recorded';
+      flash(action + ' done' + (doc.saga ? ': the saga is ' + doc.saga.state : '') + (unaudited ? ' · audit ' + doc.audit : ''), unaudited);
       route();
     }).catch(function (err) {
       if (err.status === 401) setToken('');
-      flash(action + ' failed: ' + err.message, true);
+      var audit = err.body && err.body.audit;
+      flash(action + ' failed: ' + err.message + (audit && audit !== 'recorded' ? ' · audit ' + audit : ''), true);
+      if (audit) route(); // the refusal is in the saga's audit trail
     });
   }
 
@@ -528,11 +533,72 @@
         el('span', { class: 'tl-dur', text: fmtDur(l.duration_ms) + (l.attempts > 1 ? ' · ' + l.attempts + ' attempts' : '') + (l.outcome && l.outcome !== 'ok' ? ' · ' + l.outcome : '') })),
       track));
     });
+    if (d.audit && d.audit.length) box.appendChild(auditLane(d.audit, t0, total));
     panel.appendChild(box);
     panel.appendChild(el('div', { class: 'legend' }, CATS.map(function (c) {
       return el('span', null, el('i', { class: 'seg-' + c[0] }), c[1]);
-    })));
+    }), d.audit && d.audit.length ? el('span', null, el('i', { class: 'tl-mark-key' }), 'admin action') : null));
     return panel;
+  }
+
+  // auditLane is the timeline's row of admin actions: a marker at the time
+  // of each (one before or after the chart's range sits at its edge).
+  function auditLane(audit, t0, total) {
+    var track = el('div', { class: 'tl-track tl-marks' });
+    audit.forEach(function (a, i) {
+      var f = (new Date(a.at).getTime() - t0) / total;
+      var out = f < 0 || f > 1;
+      var label = fmtTime(a.at) + ' · ' + a.actor + ' · ' + a.action + ' · ' + a.result;
+      var m = el('button', {
+        type: 'button', class: 'tl-mark ' + resultClass(a.result) + (out ? ' tl-mark-out' : ''),
+        'data-action': a.action, 'data-result': a.result, title: label, 'aria-label': label,
+        onclick: function () { openAudit(i); },
+      });
+      m.style.left = Math.min(Math.max(f, 0), 1) * 100 + '%';
+      track.appendChild(m);
+    });
+    return el('div', { class: 'tl-row tl-audit', id: 'audit-lane' },
+      el('div', { class: 'tl-label' }, el('span', { class: 'kind', text: 'admin' }),
+        el('span', { class: 'name', text: audit.length + (audit.length === 1 ? ' action' : ' actions') })),
+      track);
+  }
+
+  // resultClass maps an audit result to its colour class.
+  function resultClass(r) {
+    if (r === 'ok') return 'ok';
+    return r.indexOf('refused') === 0 ? 'refused' : 'failed';
+  }
+
+  function openAudit(i) {
+    var n = $('audit-row-' + i);
+    if (!n) return;
+    n.classList.add('flash-target');
+    setTimeout(function () { n.classList.remove('flash-target'); }, 1500);
+    n.scrollIntoView({ behavior: 'smooth', block: 'center' });
+  }
+
+  // ---- admin audit trail -------------------------------------------------------
+
+  function auditPanel(d) {
+    var p = el('div', { class: 'panel', id: 'audit' }, el('h2', { text: 'Admin audit' }));
+    if (d.audit_unavailable) p.appendChild(el('p', { class: 'muted', id: 'audit-unavailable', text: d.audit_unavailable }));
+    if (!d.audit || !d.audit.length) {
+      if (!d.audit_unavailable) p.appendChild(el('p', { class: 'muted', text: 'No admin action on this saga.' }));
+      return p;
+    }
+    if (d.audit_more) p.appendChild(el('p', { class: 'muted', text: 'The latest ' + d.audit.length + ' actions (older ones are in the store).' }));
+    p.appendChild(el('table', { class: 'audit' },
+      el('thead', null, el('tr', null, ['When', 'Who', 'Action', 'Result'].map(function (t) { return el('th', { text: t }); }))),
+      el('tbody', null, d.audit.map(function (a, i) {
+        return el('tr', { id: 'audit-row-' + i, 'data-action': a.action, 'data-result': a.result, 'data-actor': a.actor },
+          el('td', { class: 'nowrap', text: fmtTime(a.at) }),
+          el('td', { class: 'actor', text: a.actor }),
+          el('td', null, el('b', { text: a.action }), a.detail ? el('div', { class: 'muted detail', text: a.detail }) : null),
+          el('td', null, el('span', { class: 'outcome ' + resultClass(a.result), text: a.result }),
+            a.error ? el('div', { class: 'error-box', text: a.error }) : null,
+            a.error_withheld ? el('div', { class: 'muted', text: 'error kept in the store and the server log' }) : null));
+      }))));
+    return p;
   }
 
   // "service/endpoint[#query]" -> its parts.
