@@ -18,7 +18,12 @@
 // window in seconds. The orchestrator is then also a retry node that
 // re-drives and restores them; the summary adds retried=, restored= and
 // directory_left= (rows left in sealed windows of the recovery directory
-// after a final scan).
+// after a final scan), and retry_p50_ms= / retry_p99_ms= (from a retryable
+// failure's reply applied to the retried attempt's reply applied: the
+// in-process retry, about a second with the defaults) and
+// recovery_p50_ms= / recovery_p99_ms= (from a saga abandoned by
+// --crash-rate to its next step reply applied: its restore watchdog, 5
+// windows after its last transition here).
 //
 // Pausable sagas: --pause-rate makes the payment step of a fraction of the
 // sagas authorise asynchronously: it pauses the saga (PAUSED, waiting for
@@ -287,6 +292,12 @@ type result struct {
 	hasRecovery                  bool
 	retried, restored, abandoned int64
 	directoryLeft                int
+	// retryP50/retryP99: from a retryable failure's reply being applied
+	// (the saga parked) to the retried attempt's reply being applied, over
+	// retries measured; recoveryP50/P99: from the orchestrator abandoning
+	// a saga (--crash-rate) to its next step reply applied.
+	retryP50, retryP99, recoveryP50, recoveryP99 time.Duration
+	retries, recoveries                          int
 	// Telemetry figures, set with --telemetry: spans exported, duplicate
 	// deliveries the guards skipped, stale replies the orchestrator
 	// ignored.
@@ -311,6 +322,12 @@ func (r result) summary() string {
 	fmt.Fprintf(&b, " duplicate_executions=%d", r.duplicateExecutions)
 	if r.hasRecovery {
 		fmt.Fprintf(&b, " abandoned=%d retried=%d restored=%d directory_left=%d", r.abandoned, r.retried, r.restored, r.directoryLeft)
+		if r.retries > 0 {
+			fmt.Fprintf(&b, " retry_p50_ms=%.1f retry_p99_ms=%.1f", ms(r.retryP50), ms(r.retryP99))
+		}
+		if r.recoveries > 0 {
+			fmt.Fprintf(&b, " recovery_p50_ms=%.1f recovery_p99_ms=%.1f", ms(r.recoveryP50), ms(r.recoveryP99))
+		}
 	}
 	if r.hasTelemetry {
 		fmt.Fprintf(&b, " spans=%d duplicates_skipped=%d stale_replies=%d", r.spans, r.duplicatesSkipped, r.staleRepl)
@@ -474,7 +491,14 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	res := &resumer{}
 	var completed, compensated, compFailed atomic.Int64
 	lat := newLatencies()
+	retryGaps, crashGaps := newGaps(), newGaps()
 	onEvent := func(e orchestrator.Event) {
+		if e.To == eventstore.StateRetryPending && e.Outcome == string(topics.OutcomeRetryable) {
+			retryGaps.mark(e.TxID, e.At, 0)
+		} else {
+			retryGaps.event(e.TxID, e.At, e.Outcome != "")
+		}
+		crashGaps.event(e.TxID, e.At, e.Outcome != "")
 		switch e.To {
 		case eventstore.StatePaused:
 			res.add(e.TxID, topics.IdempotencyKey(e.TxID, e.Span, topics.Kind(e.Kind)))
@@ -520,6 +544,15 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 				return false
 			}
 			_, again := crashed.LoadOrStore(txID, true)
+			if !again {
+				// Abandoned before publishing, the saga's transition is
+				// still persisted (and its event emitted) after this.
+				skip := 1
+				if p == orchestrator.FaultAfterCreate {
+					skip = 0
+				}
+				crashGaps.mark(txID, time.Now(), skip)
+			}
 			return !again
 		}))
 	}
@@ -717,6 +750,8 @@ loop:
 		st := o.Stats()
 		out.hasRecovery = true
 		out.retried, out.restored, out.abandoned = st.Retried, st.Restored, st.Abandoned
+		out.retryP50, out.retryP99, out.retries = retryGaps.quantiles()
+		out.recoveryP50, out.recoveryP99, out.recoveries = crashGaps.quantiles()
 		eng := o.RecoveryEngine()
 		for _, rn := range retryNodes {
 			rs := rn.Stats()
@@ -1066,3 +1101,56 @@ func (l *latencies) quantiles() (p50, p99 time.Duration) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// gaps measures, per saga, the time from a mark (a retryable failure
+// parked it; the orchestrator abandoned it as if its process died) to the
+// saga's next applied step reply: how long recovery took to move it on.
+type gaps struct {
+	mu      sync.Mutex
+	pending map[string]gap
+	vals    []time.Duration
+}
+
+type gap struct {
+	at   time.Time
+	skip int // events to let pass first (the abandoning transition itself)
+}
+
+func newGaps() *gaps { return &gaps{pending: make(map[string]gap)} }
+
+// mark starts a gap of txID at t, ending at the first event after skip more.
+func (g *gaps) mark(txID string, t time.Time, skip int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pending[txID] = gap{at: t, skip: skip}
+}
+
+// event ends txID's open gap at a reply applied at t (outcome set).
+func (g *gaps) event(txID string, t time.Time, replyApplied bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.pending[txID]
+	if !ok {
+		return
+	}
+	if p.skip > 0 {
+		p.skip--
+		g.pending[txID] = p
+		return
+	}
+	if !replyApplied {
+		return
+	}
+	delete(g.pending, txID)
+	g.vals = append(g.vals, t.Sub(p.at))
+}
+
+// quantiles returns the median and the 99th percentile (nearest rank) and
+// how many gaps were measured.
+func (g *gaps) quantiles() (p50, p99 time.Duration, n int) {
+	g.mu.Lock()
+	l := &latencies{vals: slices.Clone(g.vals)}
+	g.mu.Unlock()
+	p50, p99 = l.quantiles()
+	return p50, p99, len(l.vals)
+}
