@@ -18,7 +18,9 @@ const fastRetryTimeout = 30 * time.Second
 // fastRetryParallelism bounds the in-process re-drives running at once.
 const fastRetryParallelism = 64
 
-// retryTimers are the in-process retries of the sagas an orchestrator
+// sagaTimers are per-saga in-process timers (keyed by transaction id:
+// arming one replaces the saga's previous one). Retries use them: the
+// in-process retries of the sagas an orchestrator
 // parked in RETRY_PENDING (recovery.RetryPolicy.Backoff): a timer per
 // saga, keyed by transaction id, that re-drives the saga if it is still
 // parked at the version the timer was armed for. They are a fast path
@@ -26,7 +28,7 @@ const fastRetryParallelism = 64
 // re-drives it if this process dies first, and the two cannot both run
 // the retry (whichever moves the saga out of RETRY_PENDING first wins; the
 // other finds it moved and does nothing).
-type retryTimers struct {
+type sagaTimers struct {
 	mu      sync.Mutex
 	m       map[string]*time.Timer
 	closed  bool
@@ -37,7 +39,7 @@ type retryTimers struct {
 
 // arm schedules f after d for txID, replacing a timer armed before for
 // it. It reports false when the timers are stopped or at their cap.
-func (r *retryTimers) arm(txID string, d time.Duration, f func()) (ok, capHit bool) {
+func (r *sagaTimers) arm(txID string, d time.Duration, f func()) (ok, capHit bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -78,8 +80,18 @@ func (r *retryTimers) arm(txID string, d time.Duration, f func()) (ok, capHit bo
 	return true, false
 }
 
+// disarm cancels txID's timer, if any.
+func (r *sagaTimers) disarm(txID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.m[txID]; ok {
+		t.Stop()
+		delete(r.m, txID)
+	}
+}
+
 // armed reports how many timers are armed.
-func (r *retryTimers) armed() int {
+func (r *sagaTimers) armed() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.m)
@@ -87,7 +99,7 @@ func (r *retryTimers) armed() int {
 
 // stop cancels every armed timer and waits for the re-drives already
 // running; no timer fires after it returns.
-func (r *retryTimers) stop() {
+func (r *sagaTimers) stop() {
 	r.mu.Lock()
 	r.closed = true
 	for id, t := range r.m {

@@ -44,6 +44,8 @@ type rig struct {
 	failShip   atomic.Bool
 	failRefund atomic.Bool
 	slowPay    atomic.Int64 // handler delay in ms
+	// slowChargeOnce delays charge's first attempt by this many ms.
+	slowChargeOnce atomic.Int64
 	// chargeGate, set by holdChargesAfter before the workers start, holds
 	// every charge after the first chargesFree until releaseCharges (which
 	// a worker's stop calls once it has cancelled the worker).
@@ -194,6 +196,9 @@ func (r *rig) handler(name string) func(context.Context, *worker.Step, order) (o
 		}
 		if name == "charge" {
 			if d := r.slowPay.Load(); d > 0 {
+				time.Sleep(time.Duration(d) * time.Millisecond)
+			}
+			if d := r.slowChargeOnce.Load(); d > 0 && s.Kind == topics.KindProcess && s.Attempt == 1 {
 				time.Sleep(time.Duration(d) * time.Millisecond)
 			}
 		}

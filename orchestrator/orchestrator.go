@@ -100,7 +100,13 @@ type Orchestrator[T any] struct {
 	redriver     recovery.Redriver
 	// retries are the in-process retries of the sagas this orchestrator
 	// parked (fastretry.go).
-	retries retryTimers
+	retries sagaTimers
+	// steps are the step timeouts of the sagas this orchestrator sent a
+	// command of (steptimeout.go).
+	steps sagaTimers
+	// stepTimeouts caches the step timeout of each endpoint (qualified
+	// endpoint -> time.Duration).
+	stepTimeouts sync.Map
 
 	mu        sync.Mutex // guards closed, cancelRun
 	closed    bool
@@ -116,7 +122,7 @@ type counters struct {
 	started, replies, stale, foreign, commands, deadLettered atomic.Int64
 	completed, compensated, compensationFailed               atomic.Int64
 	retried, restored, disabled, exhausted, abandoned        atomic.Int64
-	fastRetried                                              atomic.Int64
+	fastRetried, timedOut                                    atomic.Int64
 	// what became of the sagas whose Start failed after a create that
 	// may have landed (failStart), one counter per outcome so that each
 	// is monotonic
@@ -146,6 +152,9 @@ type Stats struct {
 	// rather than by a retry node's window scan or by hand; RetryTimers is
 	// how many such timers are armed now.
 	FastRetried, RetryTimers int64
+	// TimedOut counts the step attempts this orchestrator failed for
+	// exceeding their step timeout (recovery.RetryPolicy.StepTimeout).
+	TimedOut int64
 	// FailedStarts counts the Start calls whose create failed but may have
 	// landed (a timeout, a batch applied in part), after which Start tried
 	// (or, too late to, did not try) to mark the saga COMPENSATED to keep
@@ -323,6 +332,7 @@ func (o *Orchestrator[T]) Stats() Stats {
 		Retried:            c.retried.Load(), Restored: c.restored.Load(), Disabled: c.disabled.Load(),
 		Exhausted: c.exhausted.Load(), Abandoned: c.abandoned.Load(),
 		FastRetried: c.fastRetried.Load(), RetryTimers: int64(o.retries.armed()),
+		TimedOut: c.timedOut.Load(),
 	}
 	marked, restorable, unwatched := c.startsMarked.Load(), c.startsRestorable.Load(), c.startsUnwatched.Load()
 	st.FailedStarts, st.FailedStartsUnmarked, st.FailedStartsUnwatched = marked+restorable+unwatched, restorable+unwatched, unwatched
@@ -451,6 +461,7 @@ func (o *Orchestrator[T]) releaseAll() {
 		o.mu.Unlock()
 		muxFor(o.scope).unregister(o.domain.Name, o.redriver)
 		o.retries.stop()
+		o.steps.stop()
 		o.closeTelemetry()
 		o.prod.Close()
 		if o.cfg.ownStore {
@@ -626,8 +637,9 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 		return txID, nil
 	}
 	if o.faultAt(FaultAfterCreate, txID) {
-		return txID, nil
+		return txID, nil // as if the process died: no step timer either
 	}
+	o.timeStep(&tx)
 	if err := o.publish(ctx, &tx, d.step); err != nil {
 		return txID, o.parkUnsent(ctx, &tx, err)
 	}
@@ -799,6 +811,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 		o.logger().Error("orchestrator: saga stranded: command not sent and state not saved", "tx", tx.TxID, "err", err, "persist_err", perr)
 		return err
 	}
+	o.timeStep(&cur)
 	o.armRetry(cur.TxID, cur.Version, fast)
 	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
 	return fmt.Errorf("%w (saga %s parked in RETRY_PENDING)", err, tx.TxID)
@@ -867,6 +880,9 @@ func (o *Orchestrator[T]) Restore(ctx context.Context, txID string) error {
 		return fmt.Errorf("%w: %s is %s", ErrNotInFlight, txID, tx.State)
 	}
 	ctx, span := o.sagaSpan(ctx, "restore", &tx)
+	// Armed before the re-send: its reply, applied here, re-arms it for
+	// the saga's next version.
+	o.timeStep(&tx)
 	service, endpoint := parseQualified(tx.Endpoint)
 	if err := o.publish(ctx, &tx, Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)}); err != nil {
 		err = fmt.Errorf("orchestrator: restore %s: %w", txID, err)
@@ -915,6 +931,7 @@ func (o *Orchestrator[T]) prepareRedriveAt(ctx context.Context, txID string, ver
 		return tx, fmt.Errorf("orchestrator: redrive %s: %w", txID, err)
 	}
 	o.cache.put(&tx)
+	o.timeStep(&tx)
 	o.stats.retried.Add(1)
 	o.emit(Event{TxID: txID, Domain: o.domain.Name, From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt})
 	return tx, nil

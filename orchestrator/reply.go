@@ -344,8 +344,11 @@ func (o *Orchestrator[T]) sendAndPersist(ctx context.Context, tx *eventstore.Tra
 	}
 	if o.faultAt(point, tx.TxID) {
 		// As if the process died after persisting and before publishing
-		// (the reply is consumed; only the watchdog can bring it back).
-		return o.persist(ctx, tx, state, tryout, from, last)
+		// (the reply is consumed; only the watchdog can bring it back,
+		// not a step timer of the dead process).
+		err := o.persist(ctx, tx, state, tryout, from, last)
+		o.steps.disarm(tx.TxID)
+		return err
 	}
 	if persistFirst(ctx) {
 		// The transition was not caused by a reply on this instance's
@@ -426,6 +429,7 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 		return fmt.Errorf("orchestrator: persist %s: %w", tx.TxID, err)
 	}
 	o.cache.put(tx)
+	o.timeStep(tx)
 	ev := Event{TxID: tx.TxID, Domain: tx.Domain, From: from, To: state, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt}
 	if last != nil {
 		ev.Span, ev.Kind, ev.Endpoint = last.Span, last.Kind, qualify(last.Step)

@@ -39,6 +39,10 @@ const (
 	// DefaultMaxInterval caps the in-process retry delay (max-interval),
 	// 100 × DefaultInitialInterval as Temporal's default.
 	DefaultMaxInterval = 100 * time.Second
+	// DefaultStepTimeout is how long a step may run before its saga's
+	// orchestrator treats it as failed retryably (step-timeout): a web
+	// request's order of magnitude.
+	DefaultStepTimeout = 30 * time.Second
 )
 
 // Bounds of the settings.
@@ -53,6 +57,8 @@ const (
 	// in-process timer is for short delays; longer ones are what the
 	// windows are for.
 	MaxRetryInterval = time.Hour
+	// MaxStepTimeout bounds step-timeout.
+	MaxStepTimeout = 24 * time.Hour
 	// MaxBucketSize bounds bucket-size by Cassandra's default
 	// tombstone_failure_threshold (100000): restore watchdogs are deleted
 	// one by one as their sagas end, so a restore scan of a bucket whose
@@ -89,6 +95,12 @@ type RetryPolicy struct {
 	// MaxInterval caps the in-process retry delay (max-interval; below
 	// InitialInterval it is InitialInterval).
 	MaxInterval time.Duration
+	// StepTimeout is a start-to-close timeout (step-timeout): an attempt
+	// whose reply has not been applied this long after its command was
+	// sent fails retryably ("step timed out"), is retried as such (or
+	// exhausts the policy), and its late reply is ignored as stale. It is
+	// kept by the orchestrator that sent the command, in process; 0: none.
+	StepTimeout time.Duration
 }
 
 // RetryOverride overrides some fields of a RetryPolicy; nil fields
@@ -101,6 +113,7 @@ type RetryOverride struct {
 	Jitter            *float64
 	InitialInterval   *time.Duration
 	MaxInterval       *time.Duration
+	StepTimeout       *time.Duration
 	// Endpoints overrides per step endpoint (endpoints.<endpoint>); their
 	// own Endpoints are ignored.
 	Endpoints map[string]RetryOverride
@@ -173,6 +186,7 @@ func DefaultConfig() Config {
 			Jitter:            DefaultJitter,
 			InitialInterval:   DefaultInitialInterval,
 			MaxInterval:       DefaultMaxInterval,
+			StepTimeout:       DefaultStepTimeout,
 		}},
 		Restore: RestoreConfig{DefaultDelayWindows: DefaultRestoreDelayWindows},
 	}
@@ -219,6 +233,9 @@ func applyOverride(p RetryPolicy, o RetryOverride) RetryPolicy {
 	}
 	if o.MaxInterval != nil {
 		p.MaxInterval = *o.MaxInterval
+	}
+	if o.StepTimeout != nil {
+		p.StepTimeout = *o.StepTimeout
 	}
 	return p
 }
@@ -350,7 +367,7 @@ func validatePolicy(p *yamlconfig.Problems, prefix string, r RetryPolicy) {
 	validateOverride(p, prefix, RetryOverride{
 		DelayWindows: &r.DelayWindows, MaxAttempts: &r.MaxAttempts, BackoffMultiplier: &r.BackoffMultiplier,
 		MaxDelayWindows: &r.MaxDelayWindows, Jitter: &r.Jitter,
-		InitialInterval: &r.InitialInterval, MaxInterval: &r.MaxInterval,
+		InitialInterval: &r.InitialInterval, MaxInterval: &r.MaxInterval, StepTimeout: &r.StepTimeout,
 	})
 }
 
@@ -385,6 +402,9 @@ func validateOverride(p *yamlconfig.Problems, prefix string, o RetryOverride) {
 	}
 	if v := o.MaxInterval; v != nil && (*v < 0 || *v > MaxRetryInterval) {
 		p.Add(prefix+"max-interval", "must be 0..%v, got %v", MaxRetryInterval, *v)
+	}
+	if v := o.StepTimeout; v != nil && (*v < 0 || *v > MaxStepTimeout || (*v > 0 && *v < 10*time.Millisecond)) {
+		p.Add(prefix+"step-timeout", "must be 0 (none) or 10ms..%v, got %v", MaxStepTimeout, *v)
 	}
 }
 
@@ -428,6 +448,7 @@ type rawRetry struct {
 	Jitter            *string             `yaml:"jitter"`
 	InitialInterval   *string             `yaml:"initial-interval"`
 	MaxInterval       *string             `yaml:"max-interval"`
+	StepTimeout       *string             `yaml:"step-timeout"`
 	Endpoints         map[string]rawRetry `yaml:"endpoints"`
 }
 
@@ -617,5 +638,6 @@ func (r reader) override(prefix string, rr rawRetry) RetryOverride {
 	}
 	o.InitialInterval = dp("initial-interval", rr.InitialInterval)
 	o.MaxInterval = dp("max-interval", rr.MaxInterval)
+	o.StepTimeout = dp("step-timeout", rr.StepTimeout)
 	return o
 }

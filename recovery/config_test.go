@@ -85,10 +85,10 @@ func TestLoadConfigSeedExample(t *testing.T) {
 		domain, endpoint string
 		want             RetryPolicy
 	}{
-		{"order-saga", "payment-service.charge", RetryPolicy{DelayWindows: 3, MaxAttempts: 10, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0, InitialInterval: time.Second, MaxInterval: 100 * time.Second}},
-		{"order-saga", "stock-service.reserve", RetryPolicy{DelayWindows: 3, MaxAttempts: 5, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0.2, InitialInterval: time.Second, MaxInterval: 100 * time.Second}},
-		{"payment-saga", "", RetryPolicy{DelayWindows: 1, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0.2, InitialInterval: time.Second, MaxInterval: 100 * time.Second}},
-		{"other-saga", "payment-service.charge", RetryPolicy{DelayWindows: 1, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0.2, InitialInterval: time.Second, MaxInterval: 100 * time.Second}},
+		{"order-saga", "payment-service.charge", RetryPolicy{DelayWindows: 3, MaxAttempts: 10, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0, InitialInterval: time.Second, MaxInterval: 100 * time.Second, StepTimeout: 30 * time.Second}},
+		{"order-saga", "stock-service.reserve", RetryPolicy{DelayWindows: 3, MaxAttempts: 5, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0.2, InitialInterval: time.Second, MaxInterval: 100 * time.Second, StepTimeout: 30 * time.Second}},
+		{"payment-saga", "", RetryPolicy{DelayWindows: 1, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0.2, InitialInterval: time.Second, MaxInterval: 100 * time.Second, StepTimeout: 30 * time.Second}},
+		{"other-saga", "payment-service.charge", RetryPolicy{DelayWindows: 1, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0.2, InitialInterval: time.Second, MaxInterval: 100 * time.Second, StepTimeout: 30 * time.Second}},
 	} {
 		if got := c.RetryPolicy(tc.domain, tc.endpoint); got != tc.want {
 			t.Errorf("RetryPolicy(%q, %q) = %+v, want %+v", tc.domain, tc.endpoint, got, tc.want)
@@ -138,9 +138,9 @@ func TestLoadConfigForms(t *testing.T) {
 			func(c Config) bool { return c.TransactionLifetime == 48*time.Hour }},
 		{"lookback 1", "stacksaga:\n  cassandra:\n    recovery:\n      lookback-days: 1\n",
 			func(c Config) bool { return c.LookbackDays == 1 }},
-		{"default retry policy", "stacksaga:\n  cassandra:\n    recovery:\n      retry:\n        domains:\n          default:\n            max-attempts: 4\n            backoff-multiplier: 1.5\n            max-delay-windows: 10\n            jitter: 0.5\n            initial-interval: 250ms\n            max-interval: PT30S\n",
+		{"default retry policy", "stacksaga:\n  cassandra:\n    recovery:\n      retry:\n        domains:\n          default:\n            max-attempts: 4\n            backoff-multiplier: 1.5\n            max-delay-windows: 10\n            jitter: 0.5\n            initial-interval: 250ms\n            max-interval: PT30S\n            step-timeout: 2m\n",
 			func(c Config) bool {
-				return c.Retry.Default == RetryPolicy{DelayWindows: 1, MaxAttempts: 4, BackoffMultiplier: 1.5, MaxDelayWindows: 10, Jitter: 0.5, InitialInterval: 250 * time.Millisecond, MaxInterval: 30 * time.Second}
+				return c.Retry.Default == RetryPolicy{DelayWindows: 1, MaxAttempts: 4, BackoffMultiplier: 1.5, MaxDelayWindows: 10, Jitter: 0.5, InitialInterval: 250 * time.Millisecond, MaxInterval: 30 * time.Second, StepTimeout: 2 * time.Minute}
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -170,6 +170,7 @@ func TestLoadConfigEnv(t *testing.T) {
 		EnvRetryJitter:         "0",
 		EnvRetryInitial:        "500ms",
 		EnvRetryMaxInterval:    "20s",
+		EnvStepTimeout:         "45s",
 		EnvRestoreDelayWindows: "30",
 		"UNRELATED":            "x",
 	})
@@ -179,7 +180,7 @@ func TestLoadConfigEnv(t *testing.T) {
 	}
 	want := Config{
 		Interval: 2 * time.Second, BucketSize: 3, Concurrency: 7, LookbackDays: 5, PageSize: 10, TransactionLifetime: time.Hour,
-		Retry:   RetryConfig{Default: RetryPolicy{DelayWindows: 2, MaxAttempts: 3, BackoffMultiplier: 1, MaxDelayWindows: 4, InitialInterval: 500 * time.Millisecond, MaxInterval: 20 * time.Second}},
+		Retry:   RetryConfig{Default: RetryPolicy{DelayWindows: 2, MaxAttempts: 3, BackoffMultiplier: 1, MaxDelayWindows: 4, InitialInterval: 500 * time.Millisecond, MaxInterval: 20 * time.Second, StepTimeout: 45 * time.Second}},
 		Restore: RestoreConfig{DefaultDelayWindows: 30},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -235,6 +236,7 @@ stacksaga:
             jitter: 2
             initial-interval: 2h
             max-interval: soon
+            step-timeout: -1s
           order-saga:
             max-attempts: -1
             backoff-multiplier: 0.5
@@ -256,6 +258,7 @@ stacksaga:
 			p + "recovery.retry.domains.default.jitter: must be 0..1, got 2",
 			p + "recovery.retry.domains.default.initial-interval: must be 0 (no in-process retries) or 1ms..1h0m0s, got 2h0m0s",
 			p + "recovery.retry.domains.default.max-interval: recovery: invalid duration",
+			p + "recovery.retry.domains.default.step-timeout: must be 0 (none) or 10ms..24h0m0s, got -1s",
 			p + "recovery.retry.domains.order-saga.max-attempts: must be 0 (unlimited) or more, got -1",
 			p + "recovery.retry.domains.order-saga.backoff-multiplier: must be 1..100, got 0.5",
 			p + "recovery.retry.domains.order-saga.endpoints.charge.max-delay-windows: must be 1..",

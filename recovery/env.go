@@ -27,6 +27,7 @@ const (
 	EnvRetryJitter         = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_JITTER"
 	EnvRetryInitial        = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_INITIAL_INTERVAL"
 	EnvRetryMaxInterval    = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_MAX_INTERVAL"
+	EnvStepTimeout         = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_STEP_TIMEOUT"
 	EnvRestoreDelayWindows = "STACKSAGA_CASSANDRA_RECOVERY_RESTORE_DOMAINS_DEFAULT_DELAY_WINDOWS"
 )
 
@@ -113,6 +114,7 @@ func (c *Config) applyEnv(lookup func(string) (string, bool), p *yamlconfig.Prob
 	float(EnvRetryJitter, def+"jitter", &c.Retry.Default.Jitter)
 	dur(EnvRetryInitial, def+"initial-interval", &c.Retry.Default.InitialInterval)
 	dur(EnvRetryMaxInterval, def+"max-interval", &c.Retry.Default.MaxInterval)
+	dur(EnvStepTimeout, def+"step-timeout", &c.Retry.Default.StepTimeout)
 	num(EnvRestoreDelayWindows, keyRestore+DefaultDomain+".delay-windows", &c.Restore.DefaultDelayWindows)
 	return intervalKey
 }

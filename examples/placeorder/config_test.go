@@ -33,7 +33,7 @@ func TestSampleConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("recovery config: %v", err)
 	}
-	want := recovery.RetryPolicy{DelayWindows: 2, MaxAttempts: 5, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0.2, InitialInterval: time.Second, MaxInterval: 100 * time.Second}
+	want := recovery.RetryPolicy{DelayWindows: 2, MaxAttempts: 5, BackoffMultiplier: 2, MaxDelayWindows: 60, Jitter: 0.2, InitialInterval: time.Second, MaxInterval: 100 * time.Second, StepTimeout: 30 * time.Second}
 	if got := rc.RetryPolicy("place-order", "payment-service/charge-payment"); got != want {
 		t.Errorf("charge-payment's retry policy %+v, want %+v", got, want)
 	}

@@ -81,6 +81,7 @@ var Keys = []string{
 	"stacksaga.cassandra.recovery.retry.domains.*.jitter",
 	"stacksaga.cassandra.recovery.retry.domains.*.initial-interval",
 	"stacksaga.cassandra.recovery.retry.domains.*.max-interval",
+	"stacksaga.cassandra.recovery.retry.domains.*.step-timeout",
 	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.delay-windows",
 	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.max-attempts",
 	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.backoff-multiplier",
@@ -88,6 +89,7 @@ var Keys = []string{
 	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.jitter",
 	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.initial-interval",
 	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.max-interval",
+	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.step-timeout",
 	"stacksaga.cassandra.recovery.restore.domains.*.delay-windows",
 
 	// topics (group types of the consume loops)
