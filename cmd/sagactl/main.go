@@ -13,7 +13,7 @@
 //	sagactl trace-window --addr 127.0.0.1:8088 --service S
 //	sagactl ring [--master host:port] [--json]
 //
-// print writes the schema script (the keyspace and the 9 tables, every
+// print writes the schema script (the keyspace and the 10 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
 // cluster, then adds to tables created by an older release the columns
 // they lack (ALTER TABLE ... ADD; it never drops or changes a column, and

@@ -153,7 +153,7 @@ func checkKeyspace(ks string) error {
 	return nil
 }
 
-// SchemaCQL renders the schema script (keyspace and 9 tables) for keyspace
+// SchemaCQL renders the schema script (keyspace and 10 tables) for keyspace
 // with replication r: what `sagactl schema print` prints.
 func SchemaCQL(keyspace string, r Replication) (string, error) {
 	if err := checkKeyspace(keyspace); err != nil {
@@ -197,7 +197,7 @@ func splitStatements(script string) []string {
 	return stmts
 }
 
-// ApplySchema creates the keyspace (if absent, with replication r) and the 9
+// ApplySchema creates the keyspace (if absent, with replication r) and the 10
 // tables (if absent) through session, waiting for schema agreement after
 // each statement, then adds to tables created by an older release the
 // columns they lack (Migrate). It is idempotent: nothing that exists is

@@ -13,6 +13,7 @@ const (
 	TableInstancesByWindow  = "es_instances_by_recovery_window"
 	TableBucketsByInstance  = "es_buckets_by_instance"
 	TableRecoveryByInstance = "es_recovery_transactions_by_instance"
+	TableBusinessKey        = "es_business_key"
 )
 
 // keyspacePlaceholder stands for the keyspace in the statements below.
@@ -21,6 +22,7 @@ const keyspacePlaceholder = "{ks}"
 var tableNames = []string{
 	TableTransaction, TableTransactionTryout, TableFrozenTransaction, TableExecutionMarkers,
 	TableDaysByYear, TableWindowsByDay, TableInstancesByWindow, TableBucketsByInstance, TableRecoveryByInstance,
+	TableBusinessKey,
 }
 
 // Every statement of the store. Each names a full partition key (INSERTs
@@ -69,6 +71,10 @@ const (
 	cqlSelectEntries  = `SELECT transaction_id, domain, running_status, instance_id_token FROM {ks}.es_recovery_transactions_by_instance WHERE region = ? AND cluster = ? AND service_name = ? AND date_of_year = ? AND minute_of_day = ? AND instance_id = ? AND bucket_index = ? AND transaction_id > ? LIMIT ?`
 	cqlDeleteEntry    = `DELETE FROM {ks}.es_recovery_transactions_by_instance WHERE region = ? AND cluster = ? AND service_name = ? AND date_of_year = ? AND minute_of_day = ? AND instance_id = ? AND bucket_index = ? AND transaction_id = ?`
 	cqlDropBucket     = `DELETE FROM {ks}.es_recovery_transactions_by_instance WHERE region = ? AND cluster = ? AND service_name = ? AND date_of_year = ? AND minute_of_day = ? AND instance_id = ? AND bucket_index = ?`
+
+	cqlInsertKeyIfNotExists = `INSERT INTO {ks}.es_business_key (region, cluster, service_name, domain, business_key, transaction_id, payload, created_at, owner, generation, claimed_at, settled) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?`
+	cqlReplaceKeyIf         = `UPDATE {ks}.es_business_key USING TTL ? SET transaction_id = ?, payload = ?, created_at = ?, owner = ?, generation = ?, claimed_at = ?, settled = ? WHERE region = ? AND cluster = ? AND service_name = ? AND domain = ? AND business_key = ? IF owner = ? AND settled = ?`
+	cqlDeleteKeyIf          = `DELETE FROM {ks}.es_business_key WHERE region = ? AND cluster = ? AND service_name = ? AND domain = ? AND business_key = ? IF owner = ? AND settled = ?`
 )
 
 // statements holds the store's statements with the keyspace filled in.
@@ -84,6 +90,7 @@ type statements struct {
 	upsertInstance, selectInstances, anyInstance, deleteInstance    string
 	upsertBucket, selectBuckets, deleteBucket                       string
 	upsertEntry, selectEntries, deleteEntry, dropBucket             string
+	insertKeyIfNotExists, replaceKeyIf, deleteKeyIf                 string
 }
 
 func newStatements(keyspace string) statements {
@@ -100,5 +107,6 @@ func newStatements(keyspace string) statements {
 		upsertInstance: r(cqlUpsertInstance), selectInstances: r(cqlSelectInstance), anyInstance: r(cqlAnyInstance), deleteInstance: r(cqlDeleteInstance),
 		upsertBucket: r(cqlUpsertBucket), selectBuckets: r(cqlSelectBuckets), deleteBucket: r(cqlDeleteBucket),
 		upsertEntry: r(cqlUpsertEntry), selectEntries: r(cqlSelectEntries), deleteEntry: r(cqlDeleteEntry), dropBucket: r(cqlDropBucket),
+		insertKeyIfNotExists: r(cqlInsertKeyIfNotExists), replaceKeyIf: r(cqlReplaceKeyIf), deleteKeyIf: r(cqlDeleteKeyIf),
 	}
 }

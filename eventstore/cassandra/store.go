@@ -96,6 +96,7 @@ var (
 	_ eventstore.Store          = (*Store)(nil)
 	_ eventstore.StateReader    = (*Store)(nil)
 	_ eventstore.WatchedCreator = (*Store)(nil)
+	_ eventstore.BusinessKeys   = (*Store)(nil)
 )
 
 // New validates cfg (after filling defaults), applies the schema when

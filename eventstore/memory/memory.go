@@ -62,12 +62,15 @@ type Store struct {
 	frozen   map[eventstore.Scope]map[string]frozenRec
 
 	dir directory
+
+	keys keyTable
 }
 
 var (
 	_ eventstore.Store          = (*Store)(nil)
 	_ eventstore.StateReader    = (*Store)(nil)
 	_ eventstore.WatchedCreator = (*Store)(nil)
+	_ eventstore.BusinessKeys   = (*Store)(nil)
 )
 
 // New returns an empty in-memory store.
@@ -85,6 +88,7 @@ func New(opts ...Option) *Store {
 		s.shards[i].markers = make(map[txKey]map[markerCK]markerRec)
 	}
 	s.dir.init()
+	s.keys.rows = make(map[eventstore.BusinessKeyID]keyRec)
 	return s
 }
 

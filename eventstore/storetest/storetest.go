@@ -130,6 +130,12 @@ var tests = []test{
 	{"DirectoryDeletes", testDirectoryDeletes},
 	{"DirectorySplitWrites", testDirectorySplitWrites},
 	{"RestoreWatchdog", testRestoreWatchdog},
+	{"BusinessKeyClaim", testBusinessKeyClaim},
+	{"BusinessKeyReplace", testBusinessKeyReplace},
+	{"BusinessKeyDelete", testBusinessKeyDelete},
+	{"BusinessKeyTTL", testBusinessKeyTTL},
+	{"BusinessKeyRace", testBusinessKeyRace},
+	{"BusinessKeyValidation", testBusinessKeyValidation},
 	{"CanceledContext", testCanceledContext},
 	{"Close", testClose},
 }
