@@ -1,4 +1,12 @@
 package orchestrator
 
+import "time"
+
 // CachedSagas is how many sagas o's state cache holds.
 func CachedSagas[T any](o *Orchestrator[T]) int { return o.cache.len() }
+
+// WithWaitPolls sets the first and the longest interval between Wait's
+// reads of a saga.
+func WithWaitPolls(first, most time.Duration) Option {
+	return optFunc(func(c *config) { c.waitPoll = [2]time.Duration{first, most} })
+}
