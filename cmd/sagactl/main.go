@@ -18,7 +18,8 @@
 // cluster, then adds to tables created by an older release the columns
 // they lack (ALTER TABLE ... ADD; it never drops or changes a column, and
 // fails naming table, column and types when a column has another type),
-// and lists those ALTER statements; diff prints what apply would run on
+// and lists those ALTER statements and the tables it created in a
+// keyspace that existed (tables a later release added); diff prints what apply would run on
 // the live keyspace, as CQL (the whole script for a missing keyspace, the
 // CREATE TABLE of missing tables, the ALTER TABLE of missing columns), and
 // changes nothing. --replication is "SimpleStrategy:<rf>" or
@@ -215,8 +216,13 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintf(stdout, "schema applied: keyspace %s (%s) on %s\n", cfg.Keyspace, cfg.Replication, strings.Join(cfg.ContactPoints, ","))
 	for _, stmt := range pending {
-		if strings.HasPrefix(stmt, "ALTER TABLE ") {
+		switch {
+		case strings.HasPrefix(stmt, "ALTER TABLE "):
 			fmt.Fprintf(stdout, "  upgraded: %s\n", stmt)
+		case strings.HasPrefix(stmt, "CREATE TABLE IF NOT EXISTS "):
+			// A table added by a later release (the keyspace existed).
+			name, _, _ := strings.Cut(strings.TrimPrefix(stmt, "CREATE TABLE IF NOT EXISTS "), " ")
+			fmt.Fprintf(stdout, "  created: table %s\n", name)
 		}
 	}
 	return 0

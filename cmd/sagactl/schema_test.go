@@ -51,8 +51,9 @@ func firstReleaseKeyspace(t *testing.T) (hosts []string, keyspace string, s *goc
 }
 
 // TestSchemaApplyUpgradesOldKeyspace: diff lists the 8 columns a
-// first-release keyspace lacks, apply adds them (and says so), diff then
-// finds nothing, and the store writes sagas with the new fields.
+// first-release keyspace lacks and the table added since (es_business_key),
+// apply adds them (and says so), diff then finds nothing, and the store
+// writes sagas with the new fields.
 func TestSchemaApplyUpgradesOldKeyspace(t *testing.T) {
 	clearEnv(t)
 	hosts, ks, _ := firstReleaseKeyspace(t)
@@ -64,12 +65,23 @@ func TestSchemaApplyUpgradesOldKeyspace(t *testing.T) {
 		}
 	}
 
+	all, err := cassandra.SchemaStatements(ks, cassandra.SimpleReplication(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := alters
+	for _, stmt := range all {
+		if strings.HasPrefix(stmt, "CREATE TABLE IF NOT EXISTS "+ks+"."+cassandra.TableBusinessKey+" ") {
+			pending = append(pending, stmt)
+		}
+	}
+
 	code, out, errOut := sagactl(t, append([]string{"schema", "diff"}, flags...)...)
 	if code != 0 {
 		t.Fatalf("diff: exit %d: %s", code, errOut)
 	}
-	want := "-- keyspace " + ks + " on " + strings.Join(hosts, ",") + ": 8 statements to run (sagactl schema apply runs them)\n\n" +
-		strings.Join(alters, ";\n\n") + ";\n"
+	want := "-- keyspace " + ks + " on " + strings.Join(hosts, ",") + ": 9 statements to run (sagactl schema apply runs them)\n\n" +
+		strings.Join(pending, ";\n\n") + ";\n"
 	if out != want {
 		t.Fatalf("diff printed\n%s\nwant\n%s", out, want)
 	}
@@ -83,13 +95,16 @@ func TestSchemaApplyUpgradesOldKeyspace(t *testing.T) {
 			t.Errorf("apply output does not list %q:\n%s", a, out)
 		}
 	}
+	if created := "  created: table " + ks + "." + cassandra.TableBusinessKey + "\n"; !strings.Contains(out, created) {
+		t.Errorf("apply output does not list %q:\n%s", created, out)
+	}
 
 	code, out, errOut = sagactl(t, append([]string{"schema", "diff"}, flags...)...)
 	if code != 0 || out != "-- keyspace "+ks+" on "+strings.Join(hosts, ",")+": up to date\n" {
 		t.Fatalf("diff after apply: exit %d: %q %s", code, out, errOut)
 	}
 	code, out, _ = sagactl(t, append([]string{"schema", "apply"}, flags...)...)
-	if code != 0 || strings.Contains(out, "upgraded") {
+	if code != 0 || strings.Contains(out, "upgraded") || strings.Contains(out, "created") {
 		t.Fatalf("second apply: exit %d: %s", code, out)
 	}
 
@@ -144,12 +159,12 @@ func TestSchemaDiffMissingKeyspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, ": 10 statements to run") || !strings.HasSuffix(out, "\n"+strings.Join(stmts, ";\n\n")+";\n") {
+	if !strings.Contains(out, ": 11 statements to run") || !strings.HasSuffix(out, "\n"+strings.Join(stmts, ";\n\n")+";\n") {
 		t.Fatalf("diff of a missing keyspace:\n%s", out)
 	}
 	// Still missing: diff changed nothing.
 	code, out, _ = sagactl(t, "schema", "diff", "--hosts", strings.Join(hosts, ","), "--keyspace", ks, "--replication", "SimpleStrategy:1")
-	if code != 0 || !strings.Contains(out, ": 10 statements to run") {
+	if code != 0 || !strings.Contains(out, ": 11 statements to run") {
 		t.Fatalf("second diff: exit %d\n%.200s", code, out)
 	}
 }
