@@ -10,3 +10,9 @@ func CachedSagas[T any](o *Orchestrator[T]) int { return o.cache.len() }
 func WithRetryArmedHook(f func(txID string, d time.Duration)) Option {
 	return optFunc(func(c *config) { c.retryArmed = f })
 }
+
+// WithWaitPolls sets the first and the longest interval between Wait's
+// reads of a saga.
+func WithWaitPolls(first, most time.Duration) Option {
+	return optFunc(func(c *config) { c.waitPoll = [2]time.Duration{first, most} })
+}

@@ -56,6 +56,12 @@ type config struct {
 	groupType      topics.GroupType
 	share          topics.ShareSettings
 	claimLease     time.Duration
+
+	// keyGrace and keyRetention: WithBusinessKeyGrace and
+	// WithBusinessKeyRetention (0: their defaults).
+	keyGrace, keyRetention time.Duration
+	// waitPoll bounds the intervals of Wait's reads.
+	waitPoll [2]time.Duration
 }
 
 func defaultConfig() config {
@@ -75,6 +81,7 @@ func defaultConfig() config {
 		recoveryOn: true,
 
 		stateCacheSize: DefaultStateCacheSize,
+		waitPoll:       [2]time.Duration{waitPollMin, waitPollMax},
 	}
 }
 
@@ -248,6 +255,11 @@ const (
 	// failure, a command that cannot be published) and only the first of
 	// its two writes, the retry registration, is done.
 	FaultParkRetry
+	// FaultAfterClaim: a Start with a business key (WithBusinessKey) has
+	// claimed the key but not yet created the saga. Start returns the id
+	// the key names, and no saga with it exists. A hook that blocks here
+	// and returns false makes a slow Start instead.
+	FaultAfterClaim
 )
 
 // String names the point.
@@ -261,6 +273,8 @@ func (p FaultPoint) String() string {
 		return "before-publish-revert"
 	case FaultParkRetry:
 		return "park-retry"
+	case FaultAfterClaim:
+		return "after-claim"
 	}
 	return fmt.Sprintf("FaultPoint(%d)", int(p))
 }

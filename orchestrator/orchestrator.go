@@ -6,6 +6,34 @@
 //
 // An Orchestrator is generic over the saga's domain entity T, which travels
 // msgpack-encoded in every command and reply.
+//
+// # Business keys
+//
+// Start(ctx, entity, WithBusinessKey(key)) starts at most one saga per key
+// (per scope and domain, for the key's retention): a second Start with the
+// key, on any instance, returns the first saga's id and an *ExistsError
+// (errors.Is(err, ErrExists)). The key is claimed in the event store
+// (eventstore.BusinessKeys; on Cassandra a lightweight transaction on
+// es_business_key) before the saga is created, and the claim records the
+// saga's id, entity and creation time. A Start that finds the key claimed
+// but no saga waits for it up to a grace period (WithBusinessKeyGrace,
+// default 10s) after the claim, then takes the claim over and creates the
+// saga itself, from the recorded entity and under the recorded id, with a
+// fence that makes its create win over a late create of the Start it
+// replaced; that one, if it was only slow, confirms its claim before it
+// sends anything, finds it lost and sends nothing. So a Start whose process
+// dies after its claim or after its create still leaves one saga, which
+// the next Start with the key completes (created by it) or the saga's
+// watchdog restores (already created). A Start whose saga was not created
+// (its create refused, its context ended first) releases the key. Keys
+// are kept for WithBusinessKeyRetention (default the transaction lifetime).
+// The clocks of the instances must differ by less than half the grace
+// period. A keyed Start costs one conditional write more than a plain one
+// (a plain Start is unchanged); a duplicate, that write and one read.
+//
+// Wait(ctx, id) returns a saga once it is terminal: at once when this
+// instance applies its last transition, otherwise by reading it at growing
+// intervals (200 ms up to 5 s).
 package orchestrator
 
 import (
@@ -87,6 +115,7 @@ type Orchestrator[T any] struct {
 
 	stats counters
 	cache stateCache
+	waits waiters // the calls of Wait
 	tel   otelState
 
 	// rec registers watchdogs and retries (nil: WithoutRecovery); engine
@@ -228,6 +257,7 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	if cfg.claimLease < time.Second {
 		errs = append(errs, fmt.Errorf("orchestrator: WithClaimLease(%v): want at least 1s", cfg.claimLease))
 	}
+	errs = append(errs, cfg.businessKeyDefaults()...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -543,6 +573,15 @@ func (o *Orchestrator[T]) callbackPartitions(ctx context.Context) int32 {
 // persists the saga as STARTED and publishes the first command. It returns
 // the new transaction id.
 //
+// With WithBusinessKey, Start is idempotent per key: the first Start with a
+// key starts the saga, and every later one (on any instance, for the
+// key's retention) returns that saga's id with an error matching ErrExists
+// (an *ExistsError carrying the id), also when the first Start's process
+// died between claiming the key and creating the saga: the later Start then
+// creates it, from the first Start's entity, once a grace period has
+// passed (see "Business keys" in the package documentation). Without a key,
+// Start costs no more than it did without the option (no extra round trip).
+//
 // An error with an empty id normally means the saga did not start: a
 // create that failed but may have landed is marked COMPENSATED ("start
 // failed: ...") so that it never runs. If the store stays unreachable for
@@ -552,22 +591,29 @@ func (o *Orchestrator[T]) callbackPartitions(ctx context.Context) int32 {
 // these outcomes (FailedStarts). Marking it takes up to 30s more (and 10s
 // for the watchdog), whatever ctx says; a ctx that has already ended when
 // Start is called writes nothing. An error with an
-// id means the saga exists but its first command could not be published:
-// it is parked in RETRY_PENDING for Redrive or, with recovery, the retry
-// node (if even that write failed, its watchdog restores it), so do not
-// start it again.
+// id means the saga exists: ErrExists (above), or its first command could
+// not be published: it is parked in RETRY_PENDING for Redrive or, with
+// recovery, the retry node (if even that write failed, its watchdog
+// restores it), so do not start it again.
 //
 // Start may be called before Run: the first call makes sure the domain's
 // callback topic exists (creating it unless WithoutProvision, failing with
 // ErrNoCallbackTopic otherwise), so that a worker's reply always has
 // somewhere to go. Replies are applied once Run is consuming.
-func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
+func (o *Orchestrator[T]) Start(ctx context.Context, entity T, opts ...StartOption) (string, error) {
+	var so startOptions
+	if len(opts) > 0 {
+		var err error
+		if so, err = startOptionsOf(opts); err != nil {
+			return "", err
+		}
+	}
 	if o.tel.tracer == nil {
-		return o.start(ctx, entity, nil)
+		return o.start(ctx, entity, nil, &so)
 	}
 	ctx, span := o.startSpan(ctx, "start", producerSpan)
-	txID, err := o.start(ctx, entity, span)
-	if err != nil {
+	txID, err := o.start(ctx, entity, span, &so)
+	if err != nil && !errors.Is(err, ErrExists) {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -576,7 +622,7 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T) (string, error) {
 }
 
 // start is Start; span is Start's span when tracing is on (nil otherwise).
-func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) (string, error) {
+func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span, so *startOptions) (string, error) {
 	if o.isClosed() {
 		return "", ErrClosed
 	}
@@ -592,14 +638,28 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 	if err != nil {
 		return "", fmt.Errorf("orchestrator: encode entity: %w", err)
 	}
-	s := &Saga[T]{TxID: txID, Domain: o.domain.Name, State: eventstore.StateStarted, Entity: entity, Span: -1, CreatedAt: now, UpdatedAt: now}
+	if so.keyed {
+		return o.startKeyed(ctx, entity, span, so.key, txID, payload, now)
+	}
+	return o.launch(ctx, entity, span, eventstore.Transaction{TxID: txID, Payload: payload, CreatedAt: now}, nil)
+}
+
+// launch creates the saga whose id, payload (entity encoded) and creation
+// time base holds, and sends its first command: the body of Start. base
+// also carries the Fence and LifetimeStart of a saga created by a takeover
+// of its business key; claim is the claim of the key the saga is started
+// under (nil without one), which launch releases if the saga was not
+// created and confirms if it took long (see startKeyed).
+func (o *Orchestrator[T]) launch(ctx context.Context, entity T, span trace.Span, base eventstore.Transaction, claim *eventstore.BusinessKey) (string, error) {
+	txID, now := base.TxID, o.cfg.now()
+	s := &Saga[T]{TxID: txID, Domain: o.domain.Name, State: eventstore.StateStarted, Entity: entity, Span: -1, CreatedAt: base.CreatedAt, UpdatedAt: now}
 	d := o.decide(ctx, o.domain.OnNext, s)
 	if d.kind == decidePause {
 		d = Fail("OnNext paused before the first step: a pause follows a step that succeeded")
 	}
 	tx := eventstore.Transaction{
 		Scope: o.scope, TxID: txID, Domain: o.domain.Name, State: eventstore.StateStarted,
-		Version: 1, Payload: payload, CreatedAt: now, UpdatedAt: now,
+		Version: 1, Fence: base.Fence, Payload: base.Payload, LifetimeStart: base.LifetimeStart, CreatedAt: base.CreatedAt, UpdatedAt: now,
 	}
 	switch d.kind {
 	case decideSend:
@@ -622,12 +682,26 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span) 
 	if err := ctx.Err(); err != nil {
 		// Nothing is written for a context that ended before the create:
 		// no saga, no failed-start row.
+		if claim != nil {
+			o.releaseKey(ctx, claim)
+		}
 		return "", fmt.Errorf("orchestrator: start: %w", err)
+	}
+	if claim != nil && o.faultAt(FaultAfterClaim, txID) {
+		return txID, nil
 	}
 	// No lock: the saga is persisted before its first command exists, so
 	// no reply can race with this.
 	if err := o.create(ctx, &tx, d.kind == decideSend); err != nil {
+		if claim != nil {
+			return o.keyedCreateFailed(ctx, claim, err)
+		}
 		return "", err
+	}
+	if claim != nil {
+		if err := o.confirmKey(ctx, claim); err != nil {
+			return txID, err
+		}
 	}
 	o.cache.put(&tx)
 	o.stats.started.Add(1)
@@ -674,25 +748,34 @@ func (o *Orchestrator[T]) create(ctx context.Context, tx *eventstore.Transaction
 			o.logger().Warn("orchestrator: restore watchdog registered late; the saga goes on, but a crash before its end may not be restored", "tx", tx.TxID, "err", err)
 			return nil
 		case via && err != nil:
-			if mayHaveLanded(err) {
-				o.failStart(ctx, *tx, &dog, err)
+			if mayHaveLanded(err) && o.failStart(ctx, *tx, &dog, err) {
+				return startUndone{fmt.Errorf("orchestrator: create saga: %w", err)}
 			}
 			return fmt.Errorf("orchestrator: create saga: %w", err)
 		case via:
 			return nil
 		case err != nil:
-			return fmt.Errorf("orchestrator: register restore watchdog: %w", err)
+			// The saga was not written: its watchdog comes first.
+			return startUndone{fmt.Errorf("orchestrator: register restore watchdog: %w", err)}
 		}
 		tx.RestorePath = &path
 	}
 	if err := o.store.CreateTransaction(ctx, *tx, nil); err != nil {
-		if inFlight && mayHaveLanded(err) {
-			o.failStart(ctx, *tx, nil, err)
+		if inFlight && mayHaveLanded(err) && o.failStart(ctx, *tx, nil, err) {
+			return startUndone{fmt.Errorf("orchestrator: create saga: %w", err)}
 		}
 		return fmt.Errorf("orchestrator: create saga: %w", err)
 	}
 	return nil
 }
+
+// startUndone is the error of a create that failed and whose saga never
+// runs although the error may be transient: the watchdog written before it
+// failed (nothing was created), or the create may have landed and
+// failStart marked the saga COMPENSATED.
+type startUndone struct{ error }
+
+func (e startUndone) Unwrap() error { return e.error }
 
 // mayHaveLanded reports whether a failed write may have been applied
 // anyway: anything but a refusal (invalid arguments, a closed store, a
@@ -720,7 +803,8 @@ const failStartBudget = 30 * time.Second
 // COMPENSATED row too (the create may have been sent): a saga that never
 // ran, named by its error; Start writes nothing for a context that ended
 // before it. Stats counts each outcome (FailedStarts and the two below it).
-func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transaction, dog *eventstore.RecoveryEntry, cause error) {
+// It reports whether the mark landed.
+func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transaction, dog *eventstore.RecoveryEntry, cause error) bool {
 	end := tx
 	end.State, end.Error = eventstore.StateCompensated, "start failed: "+cause.Error()
 	end.Kind, end.Endpoint, end.Attempt = "", "", 0 // the step was never sent
@@ -729,7 +813,7 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 	if err == nil {
 		o.stats.startsMarked.Add(1)
 		o.cleanUp(ctx, &end) // the saga is terminal: as any that ends
-		return
+		return true
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -741,7 +825,7 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 		o.stats.startsRestorable.Add(1)
 		o.logger().Warn("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga's watchdog restores it and it runs",
 			"tx", tx.TxID, "err", cause, "mark_err", err)
-		return
+		return false
 	}
 	o.stats.startsUnwatched.Add(1)
 	attrs := []any{"tx", tx.TxID, "err", cause, "mark_err", err}
@@ -749,6 +833,7 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 		attrs = append(attrs, "watchdog_err", werr)
 	}
 	o.logger().Error("orchestrator: saga create failed and could not be marked failed: if the create landed, the saga may stay in flight without its first command and without a watchdog", attrs...)
+	return false
 }
 
 // errNoTimeToMark is markStartFailed's error when a retry node could
@@ -1043,6 +1128,9 @@ type Event struct {
 func (o *Orchestrator[T]) emit(e Event) {
 	for _, l := range o.cfg.listeners {
 		l(e)
+	}
+	if o.waits.n.Load() > 0 {
+		o.waits.wake(e.TxID, e.To)
 	}
 }
 

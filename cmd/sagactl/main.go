@@ -13,12 +13,13 @@
 //	sagactl trace-window --addr 127.0.0.1:8088 --service S
 //	sagactl ring [--master host:port] [--json]
 //
-// print writes the schema script (the keyspace and the 10 tables, every
+// print writes the schema script (the keyspace and the 11 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
 // cluster, then adds to tables created by an older release the columns
 // they lack (ALTER TABLE ... ADD; it never drops or changes a column, and
 // fails naming table, column and types when a column has another type),
-// and lists those ALTER statements; diff prints what apply would run on
+// and lists those ALTER statements and the tables it created in a
+// keyspace that existed (tables a later release added); diff prints what apply would run on
 // the live keyspace, as CQL (the whole script for a missing keyspace, the
 // CREATE TABLE of missing tables, the ALTER TABLE of missing columns), and
 // changes nothing. --replication is "SimpleStrategy:<rf>" or
@@ -218,9 +219,10 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		switch {
 		case strings.HasPrefix(stmt, "ALTER TABLE "):
 			fmt.Fprintf(stdout, "  upgraded: %s\n", stmt)
-		case strings.HasPrefix(stmt, "CREATE TABLE "):
-			head, _, _ := strings.Cut(stmt, " (")
-			fmt.Fprintf(stdout, "  created: %s\n", head)
+		case strings.HasPrefix(stmt, "CREATE TABLE IF NOT EXISTS "):
+			// A table added by a later release (the keyspace existed).
+			name, _, _ := strings.Cut(strings.TrimPrefix(stmt, "CREATE TABLE IF NOT EXISTS "), " ")
+			fmt.Fprintf(stdout, "  created: table %s\n", name)
 		}
 	}
 	return 0

@@ -129,15 +129,25 @@ func (s *Store) casMarker(ctx context.Context, op, stmt string, key eventstore.M
 	}, read, done)
 }
 
-// retryCAS is casMarker's loop around try, which sends the statement once
-// and fills prev with a refusal's columns. Once a try has failed in a way
-// worth retrying, its outcome is unknown (it may have been applied; an
-// LWT's Unavailable too, which the commit phase can raise after a quorum
-// accepted the proposal), so a later failure is never reported as
-// eventstore.ErrClosed, which says that nothing was written: Close cutting
-// the retries short leaves the outcome unknown.
+// retryCAS is casMarker's loop around try (see retryLWT).
 func (s *Store) retryCAS(ctx context.Context, op string, key eventstore.MarkerKey, try func(prev map[string]any) (bool, error),
 	read func(prev map[string]any) eventstore.Marker, done func(eventstore.Marker) bool) (bool, eventstore.Marker, error) {
+	return retryLWT(ctx, s, op, []any{"tx", key.TxID, "span", key.Span}, try, read, done)
+}
+
+// retryLWT sends a conditional statement with try, which sends it once
+// and fills prev with a refusal's columns, retrying an unknown outcome; read
+// turns the columns of a refusal into the row found, and a retry that is
+// refused but finds what done recognises (the earlier try's effect) reports
+// applied. logAttrs name the row in the debug log of a retry. Once a try
+// has failed in a way worth retrying, its outcome is unknown (it may have
+// been applied; an LWT's Unavailable too, which the commit phase can raise
+// after a quorum accepted the proposal), so a later failure is never
+// reported as eventstore.ErrClosed, which says that nothing was written:
+// Close cutting the retries short leaves the outcome unknown.
+func retryLWT[R any](ctx context.Context, s *Store, op string, logAttrs []any, try func(prev map[string]any) (bool, error),
+	read func(prev map[string]any) R, done func(R) bool) (bool, R, error) {
+	var zero R
 	var unknown error // the first try whose outcome is unknown
 	fail := func(err error) error {
 		ferr := s.fail(op, err)
@@ -151,23 +161,23 @@ func (s *Store) retryCAS(ctx context.Context, op string, key eventstore.MarkerKe
 		applied, err := try(prev)
 		if err == nil {
 			if applied {
-				return true, eventstore.Marker{}, nil
+				return true, zero, nil
 			}
 			existing := read(prev)
 			if attempt > 0 && done(existing) {
-				return true, eventstore.Marker{}, nil
+				return true, zero, nil
 			}
 			return false, existing, nil
 		}
 		if !lwtRetryable(err) || attempt+1 >= s.lwtTries {
-			return false, eventstore.Marker{}, fail(err)
+			return false, zero, fail(err)
 		}
 		if unknown == nil {
 			unknown = err
 		}
-		s.log.DebugContext(ctx, "cassandra: marker LWT outcome unknown, retrying", "op", op, "tx", key.TxID, "span", key.Span, "attempt", attempt+1, "err", err)
+		s.log.DebugContext(ctx, "cassandra: LWT outcome unknown, retrying", append([]any{"op", op, "attempt", attempt + 1, "err", err}, logAttrs...)...)
 		if err := backoff(ctx, attempt); err != nil {
-			return false, eventstore.Marker{}, fail(err)
+			return false, zero, fail(err)
 		}
 	}
 }

@@ -153,7 +153,7 @@ func checkKeyspace(ks string) error {
 	return nil
 }
 
-// SchemaCQL renders the schema script (keyspace and 10 tables) for keyspace
+// SchemaCQL renders the schema script (keyspace and 11 tables) for keyspace
 // with replication r: what `sagactl schema print` prints.
 func SchemaCQL(keyspace string, r Replication) (string, error) {
 	if err := checkKeyspace(keyspace); err != nil {

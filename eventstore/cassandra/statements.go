@@ -14,6 +14,7 @@ const (
 	TableBucketsByInstance  = "es_buckets_by_instance"
 	TableRecoveryByInstance = "es_recovery_transactions_by_instance"
 	TableAdminAudit         = "es_admin_audit"
+	TableBusinessKey        = "es_business_key"
 )
 
 // keyspacePlaceholder stands for the keyspace in the statements below.
@@ -23,6 +24,7 @@ var tableNames = []string{
 	TableTransaction, TableTransactionTryout, TableFrozenTransaction, TableExecutionMarkers,
 	TableDaysByYear, TableWindowsByDay, TableInstancesByWindow, TableBucketsByInstance, TableRecoveryByInstance,
 	TableAdminAudit,
+	TableBusinessKey,
 }
 
 // Every statement of the store. Each names a full partition key (INSERTs
@@ -72,9 +74,12 @@ const (
 	cqlDeleteEntry    = `DELETE FROM {ks}.es_recovery_transactions_by_instance WHERE region = ? AND cluster = ? AND service_name = ? AND date_of_year = ? AND minute_of_day = ? AND instance_id = ? AND bucket_index = ? AND transaction_id = ?`
 	cqlDropBucket     = `DELETE FROM {ks}.es_recovery_transactions_by_instance WHERE region = ? AND cluster = ? AND service_name = ? AND date_of_year = ? AND minute_of_day = ? AND instance_id = ? AND bucket_index = ?`
 
-	cqlInsertAudit       = `INSERT INTO {ks}.es_admin_audit (region, cluster, service_name, transaction_id, acted_at, record_id, actor, action, detail, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	cqlSelectAudit       = `SELECT acted_at, actor, action, detail, result, error FROM {ks}.es_admin_audit WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
-	cqlSelectAuditLatest = `SELECT acted_at, actor, action, detail, result, error FROM {ks}.es_admin_audit WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? ORDER BY acted_at DESC, record_id DESC LIMIT ?`
+	cqlInsertAudit          = `INSERT INTO {ks}.es_admin_audit (region, cluster, service_name, transaction_id, acted_at, record_id, actor, action, detail, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	cqlSelectAudit          = `SELECT acted_at, actor, action, detail, result, error FROM {ks}.es_admin_audit WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ?`
+	cqlSelectAuditLatest    = `SELECT acted_at, actor, action, detail, result, error FROM {ks}.es_admin_audit WHERE region = ? AND cluster = ? AND service_name = ? AND transaction_id = ? ORDER BY acted_at DESC, record_id DESC LIMIT ?`
+	cqlInsertKeyIfNotExists = `INSERT INTO {ks}.es_business_key (region, cluster, service_name, domain, business_key, transaction_id, payload, created_at, owner, generation, claimed_at, settled) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?`
+	cqlReplaceKeyIf         = `UPDATE {ks}.es_business_key USING TTL ? SET transaction_id = ?, payload = ?, created_at = ?, owner = ?, generation = ?, claimed_at = ?, settled = ? WHERE region = ? AND cluster = ? AND service_name = ? AND domain = ? AND business_key = ? IF owner = ? AND settled = ?`
+	cqlDeleteKeyIf          = `DELETE FROM {ks}.es_business_key WHERE region = ? AND cluster = ? AND service_name = ? AND domain = ? AND business_key = ? IF owner = ? AND settled = ?`
 )
 
 // statements holds the store's statements with the keyspace filled in.
@@ -91,6 +96,7 @@ type statements struct {
 	upsertBucket, selectBuckets, deleteBucket                       string
 	upsertEntry, selectEntries, deleteEntry, dropBucket             string
 	insertAudit, selectAudit, selectAuditLatest                     string
+	insertKeyIfNotExists, replaceKeyIf, deleteKeyIf                 string
 }
 
 func newStatements(keyspace string) statements {
@@ -108,5 +114,6 @@ func newStatements(keyspace string) statements {
 		upsertBucket: r(cqlUpsertBucket), selectBuckets: r(cqlSelectBuckets), deleteBucket: r(cqlDeleteBucket),
 		upsertEntry: r(cqlUpsertEntry), selectEntries: r(cqlSelectEntries), deleteEntry: r(cqlDeleteEntry), dropBucket: r(cqlDropBucket),
 		insertAudit: r(cqlInsertAudit), selectAudit: r(cqlSelectAudit), selectAuditLatest: r(cqlSelectAuditLatest),
+		insertKeyIfNotExists: r(cqlInsertKeyIfNotExists), replaceKeyIf: r(cqlReplaceKeyIf), deleteKeyIf: r(cqlDeleteKeyIf),
 	}
 }

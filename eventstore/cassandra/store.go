@@ -97,6 +97,7 @@ var (
 	_ eventstore.StateReader    = (*Store)(nil)
 	_ eventstore.WatchedCreator = (*Store)(nil)
 	_ eventstore.Auditor        = (*Store)(nil)
+	_ eventstore.BusinessKeys   = (*Store)(nil)
 )
 
 // New validates cfg (after filling defaults), applies the schema when

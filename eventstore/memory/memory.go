@@ -62,6 +62,8 @@ type Store struct {
 	frozen   map[eventstore.Scope]map[string]frozenRec
 
 	dir directory
+
+	keys keyTable
 }
 
 var (
@@ -69,6 +71,7 @@ var (
 	_ eventstore.StateReader    = (*Store)(nil)
 	_ eventstore.WatchedCreator = (*Store)(nil)
 	_ eventstore.Auditor        = (*Store)(nil)
+	_ eventstore.BusinessKeys   = (*Store)(nil)
 )
 
 // New returns an empty in-memory store.
@@ -87,6 +90,7 @@ func New(opts ...Option) *Store {
 		s.shards[i].audits = make(map[txKey][]eventstore.AuditRecord)
 	}
 	s.dir.init()
+	s.keys.rows = make(map[eventstore.BusinessKeyID]keyRec)
 	return s
 }
 

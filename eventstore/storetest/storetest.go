@@ -134,6 +134,12 @@ var tests = []test{
 	{"AuditDefaults", testAuditDefaults},
 	{"AuditValidation", testAuditValidation},
 	{"AuditClosed", testAuditClosed},
+	{"BusinessKeyClaim", testBusinessKeyClaim},
+	{"BusinessKeyReplace", testBusinessKeyReplace},
+	{"BusinessKeyDelete", testBusinessKeyDelete},
+	{"BusinessKeyTTL", testBusinessKeyTTL},
+	{"BusinessKeyRace", testBusinessKeyRace},
+	{"BusinessKeyValidation", testBusinessKeyValidation},
 	{"CanceledContext", testCanceledContext},
 	{"Close", testClose},
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,7 +91,24 @@ func newAPI(o *orchestrator.Orchestrator[placeorder.Order], traceWindow http.Han
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "item, quantity > 0 and amount > 0 are required"})
 			return
 		}
-		id, err := o.Start(r.Context(), in)
+		// A client that may retry the request (a timeout, a lost answer)
+		// sends the same Idempotency-Key each time: the order's saga is
+		// started once, and every retry gets its id.
+		var opts []orchestrator.StartOption
+		if key := r.Header.Get(headerIdempotencyKey); key != "" {
+			if err := orchestrator.ValidBusinessKey(key); err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": headerIdempotencyKey + ": " + err.Error()})
+				return
+			}
+			opts = append(opts, orchestrator.WithBusinessKey(key))
+		}
+		id, err := o.Start(r.Context(), in, opts...)
+		var exists *orchestrator.ExistsError
+		if errors.As(err, &exists) {
+			w.Header().Set(headerReplayed, "true")
+			writeJSON(w, http.StatusOK, map[string]string{"transaction_id": exists.TxID})
+			return
+		}
 		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 			return
@@ -99,6 +117,25 @@ func newAPI(o *orchestrator.Orchestrator[placeorder.Order], traceWindow http.Han
 	})
 	mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
+		if q := r.URL.Query().Get("wait"); q != "" {
+			// A long poll: answer once the order's saga has ended, or with
+			// its state at the end of the wait.
+			d, err := time.ParseDuration(q)
+			if err != nil || d <= 0 {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "wait: want a positive duration such as 10s"})
+				return
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), min(d, maxOrderWait))
+			_, err = o.Wait(ctx, id)
+			cancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, orchestrator.ErrNotFound) {
+				if r.Context().Err() != nil {
+					return // the client left, or the service is stopping
+				}
+				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+				return
+			}
+		}
 		s, err := o.Get(r.Context(), id)
 		if errors.Is(err, orchestrator.ErrNotFound) {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no order saga " + id})
@@ -125,6 +162,17 @@ func newAPI(o *orchestrator.Orchestrator[placeorder.Order], traceWindow http.Han
 	})
 	return mux, nil
 }
+
+// The idempotency headers of POST /orders: the client's key, and the
+// answer's mark of a request that repeated an earlier one (200, the earlier
+// order's transaction id).
+const (
+	headerIdempotencyKey = "Idempotency-Key"
+	headerReplayed       = "Idempotent-Replayed"
+)
+
+// maxOrderWait bounds the long poll of GET /orders/{id}?wait=.
+const maxOrderWait = time.Minute
 
 // webhooksDisabled answers the resume webhooks of a service started with
 // no webhook secret.

@@ -2,8 +2,13 @@
 // orchestrator for the place-order saga and exposes it over HTTP:
 //
 //	POST /orders       {"customer_id":"c-1","item":"book","quantity":1,"amount":1999}
-//	                   → 202 {"transaction_id":"…"}
-//	GET  /orders/{id}  → the saga's state, order and step history
+//	                   → 202 {"transaction_id":"…"}; with an Idempotency-Key
+//	                   header (printable ASCII, up to 255 bytes), a repeat of
+//	                   the key → 200 {"transaction_id":"<the first order's>"},
+//	                   header Idempotent-Replayed: true, nothing started
+//	GET  /orders/{id}  → the saga's state, order and step history; with
+//	                   ?wait=10s (at most 1m) once the saga has ended, or
+//	                   as it is when the wait is over
 //	POST /payments/callback {"transaction_id":"…","payment_ref":"…","status":"authorised"}
 //	                   → 200 {"status":"resumed"}: the payment gateway's webhook
 //	POST /sagas/resume {"transaction_id":"…","correlation_key":"…","context":{…}}

@@ -551,3 +551,103 @@ func TestWebhookSecretFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// postKeyed posts an order with an Idempotency-Key header; it returns the
+// status, the body and the Idempotent-Replayed header.
+func postKeyed(t *testing.T, url, key, body string) (int, map[string]string, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/orders", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]string
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out, resp.Header.Get("Idempotent-Replayed")
+}
+
+// POST /orders with an Idempotency-Key starts one order per key: a repeat
+// (a client retrying) gets 200 with the first order's id and
+// Idempotent-Replayed, on this instance or on another one sharing the
+// store. GET /orders/{id}?wait= answers once the order has ended, or with
+// its state when the wait is over.
+func TestOrderIdempotencyKeyAndLongPoll(t *testing.T) {
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	brokers := kfakeBrokers(t)
+	startWorkers(t, brokers)
+	url, _ := serve(t, brokers, strings.Join(hosts, ","), keyspace)
+	url2, _ := serve(t, brokers, strings.Join(hosts, ","), keyspace)
+	first := `{"customer_id":"c-1","item":"book","quantity":1,"amount":1999}`
+	code, out, replayed := postKeyed(t, url, "checkout-7f3a", first)
+	if code != http.StatusAccepted || out["transaction_id"] == "" || replayed != "" {
+		t.Fatalf("first POST: %d %v %q", code, out, replayed)
+	}
+	id := out["transaction_id"]
+	for _, u := range []string{url, url2} {
+		code, out, replayed := postKeyed(t, u, "checkout-7f3a", `{"customer_id":"c-1","item":"lamp","quantity":9,"amount":5}`)
+		if code != http.StatusOK || out["transaction_id"] != id || replayed != "true" {
+			t.Fatalf("repeated POST: %d %v %q; want 200, %s, replayed", code, out, replayed, id)
+		}
+	}
+	v := getOrderWait(t, url2, id, "30s")
+	if v.State != eventstore.StateCompleted || v.Order.Item != "book" || len(v.History) != 3 {
+		t.Fatalf("long poll: %+v; want the first order, completed", v)
+	}
+	if code, out, _ := postKeyed(t, url, "has space", first); code != http.StatusBadRequest || !strings.Contains(out["error"], "Idempotency-Key") {
+		t.Errorf("invalid key: %d %v", code, out)
+	}
+
+	// A paused order: the long poll answers when the wait is over.
+	code, out, _ = postKeyed(t, url, "checkout-paused", `{"customer_id":"c-2","item":"book","quantity":1,"amount":1999,"async_payment":true}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST: %d %v", code, out)
+	}
+	paused := out["transaction_id"]
+	waitState(t, url, paused, eventstore.StatePaused)
+	began := time.Now()
+	if v := getOrderWait(t, url, paused, "300ms"); v.State != eventstore.StatePaused {
+		t.Fatalf("long poll of a paused order: %+v", v)
+	}
+	if took := time.Since(began); took < 300*time.Millisecond {
+		t.Errorf("the long poll answered after %v, before its 300ms", took)
+	}
+	for q, want := range map[string]int{"bogus": http.StatusBadRequest, "-1s": http.StatusBadRequest} {
+		resp, err := http.Get(url + "/orders/" + paused + "?wait=" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("wait=%s: %d, want %d", q, resp.StatusCode, want)
+		}
+	}
+	resp, err := http.Get(url + "/orders/no-such-order?wait=10s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("long poll of an unknown order: %d, want 404", resp.StatusCode)
+	}
+}
+
+// getOrderWait is GET /orders/{id}?wait=wait, which must answer 200.
+func getOrderWait(t *testing.T, url, id, wait string) orderView {
+	t.Helper()
+	resp, err := http.Get(url + "/orders/" + id + "?wait=" + wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v orderView
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET ?wait=%s: %d, %v", wait, resp.StatusCode, err)
+	}
+	return v
+}
