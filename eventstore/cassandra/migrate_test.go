@@ -385,7 +385,7 @@ func TestMigrationCQLNewKeyspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pending) != 9+11 || !strings.HasPrefix(pending[0], "CREATE TABLE IF NOT EXISTS "+ks+".es_transaction (") ||
+	if len(pending) != 10+11 || !strings.HasPrefix(pending[0], "CREATE TABLE IF NOT EXISTS "+ks+".es_transaction (") ||
 		pending[1] != "ALTER TABLE "+ks+".es_transaction_tryout ADD span int" {
 		t.Fatalf("pending:\n%s", strings.Join(pending, "\n"))
 	}
