@@ -109,30 +109,9 @@ func TestRecoveryRetriesTransientFailures(t *testing.T) {
 		clock := newFakeClock()
 		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
 		ids := startConcurrently(t, o, 20)
-		waitFor(t, time.Minute, "every saga parked", func() bool {
-			for _, id := range ids {
-				if s, _ := o.Get(context.Background(), id); s.State != eventstore.StateRetryPending {
-					return false
-				}
-			}
-			return true
-		})
+		waitStates(t, o, time.Minute, ids, eventstore.StateRetryPending)
 		expectAll(t, scanUntil(t, o, clock, time.Minute, ids), eventstore.StateCompleted)
-		for _, id := range ids {
-			if n := r.runsOf(id, 1, topics.KindProcess); n != 2 {
-				t.Errorf("%s: charge ran %d times, want 2 (one retryable failure, one success)", id, n)
-			}
-			if a, b := r.runsOf(id, 0, topics.KindProcess), r.runsOf(id, 2, topics.KindProcess); a != 1 || b != 1 {
-				t.Errorf("%s: reserve ran %d times, ship %d, want 1 and 1", id, a, b)
-			}
-			h, err := o.History(context.Background(), id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if h[1].Attempt != 1 || h[1].Outcome != string(topics.OutcomeRetryable) || h[2].Attempt != 2 || h[2].Outcome != string(topics.OutcomeOK) {
-				t.Errorf("%s: history does not show the retry: %+v", id, h[1:3])
-			}
-		}
+		assertRetriedOnce(t, r, o, ids)
 		waitStats(t, o, "the counters", func(st orchestrator.Stats) bool { return st.Retried >= int64(len(ids)) })
 		if st := o.Stats(); st.Retried != int64(len(ids)) {
 			t.Errorf("Retried = %d, want %d", st.Retried, len(ids))
