@@ -56,6 +56,8 @@ type config struct {
 	groupType      topics.GroupType
 	share          topics.ShareSettings
 	claimLease     time.Duration
+	membership     topics.Membership
+	instanceSet    bool // WithInstanceID was given (an empty id is refused)
 
 	// keyGrace and keyRetention: WithBusinessKeyGrace and
 	// WithBusinessKeyRetention (0: their defaults).
@@ -130,6 +132,46 @@ func WithShareSettings(s topics.ShareSettings) Option {
 // than a transition can take (publish and persist).
 func WithClaimLease(d time.Duration) Option {
 	return optFunc(func(c *config) { c.claimLease = d })
+}
+
+// WithInstanceID makes the orchestrator a static member of its callback
+// topic's consumer group (Kafka's group.instance.id, KIP-345): restarted
+// with the same id after it died (kill -9, a crash, an OOM kill), it gets
+// its partitions back as soon as it joins, instead of after the session
+// timeout of its previous life (WithSessionTimeout), and without a
+// rebalance. A graceful stop (Run's context ends, Close) leaves the group,
+// as a dynamic member does, so that a process that does not come back
+// does not hold its partitions for a session timeout.
+//
+// The id must be stable across the restarts of one process (a
+// StatefulSet's pod name, a host name plus a slot) and unique among the
+// live instances of the deployment: two live processes must never share
+// one. If they do, Kafka gives the partitions to the one that joined last
+// and Run of the other returns an error wrapping topics.ErrInstanceFenced.
+// 1 to 249 of [a-zA-Z0-9._-] (topics.ValidInstanceID); New fails
+// otherwise, and with a share group (WithGroupType), which has no static
+// members. Default: none (a dynamic member).
+func WithInstanceID(id string) Option {
+	return optFunc(func(c *config) { c.membership.InstanceID, c.instanceSet = id, true })
+}
+
+// WithSessionTimeout sets the session timeout of the callback topic's
+// consumer group (kgo.SessionTimeout, Kafka's session.timeout.ms),
+// overriding topics.DefaultSessionTimeout (10s): how long the group waits
+// for an instance that stopped heartbeating (killed, hung, cut off) before
+// its partitions go to another instance, or to its own restart when it
+// has no instance id. Shorter moves them sooner but makes a process that
+// stalls that long (CPU starvation, a paused VM, a network blip) lose its
+// partitions and rejoin: correct (replies are redelivered and applied
+// once), but a rebalance. The heartbeat interval becomes a third of it
+// when that is under 3s. Between topics.MinSessionTimeout and
+// topics.MaxSessionTimeout (New fails otherwise, and with a share group)
+// and within the brokers' group.min/max.session.timeout.ms (6s to 30min by
+// default; Run fails with topics.ErrSessionTimeoutRefused otherwise).
+// YAML: stacksaga.kafka.orchestrator.domains.<domain>.session-timeout
+// (topics.LoadGroupConfig).
+func WithSessionTimeout(d time.Duration) Option {
+	return optFunc(func(c *config) { c.membership.SessionTimeout = d })
 }
 
 // WithBrokers sets the Kafka seed brokers. Required unless WithKafkaOpts

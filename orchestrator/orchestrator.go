@@ -251,6 +251,17 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	if err := cfg.share.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("orchestrator: WithShareSettings: %w", err))
 	}
+	if err := cfg.membership.Validate(); err != nil {
+		for _, e := range strings.Split(err.Error(), "\n") {
+			errs = append(errs, fmt.Errorf("orchestrator: %s", membershipOption(e)))
+		}
+	}
+	if cfg.instanceSet && cfg.membership.InstanceID == "" {
+		errs = append(errs, errors.New(`orchestrator: WithInstanceID(""): want an instance id (leave the option out for a dynamic member)`))
+	}
+	if cfg.groupType == topics.GroupShare && (cfg.membership != topics.Membership{}) {
+		errs = append(errs, errors.New("orchestrator: WithInstanceID and WithSessionTimeout are for a consumer group; a share group has neither (its records held by a dead instance come back after the record lock, WithShareSettings)"))
+	}
 	if cfg.claimLease == 0 {
 		cfg.claimLease = DefaultClaimLease
 	}
@@ -323,6 +334,19 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	return o, nil
 }
 
+// membershipOption renames the key of a topics.Membership problem
+// ("instance-id: ...") after the option that set it.
+func membershipOption(problem string) string {
+	key, msg, _ := strings.Cut(problem, ": ")
+	switch key {
+	case "instance-id":
+		return "WithInstanceID: " + msg
+	case "session-timeout":
+		return "WithSessionTimeout: " + msg
+	}
+	return problem
+}
+
 // baseOpts returns the seed brokers, then opts, then the user's options.
 func (o *Orchestrator[T]) baseOpts(opts ...kgo.Opt) []kgo.Opt {
 	var all []kgo.Opt
@@ -374,7 +398,11 @@ func (o *Orchestrator[T]) Stats() Stats {
 // until ctx ends. It then stops polling, finishes the replies in flight
 // (their commands get WithShutdownGrace to reach the broker), commits what
 // is marked and releases the orchestrator, as Close does. Run may be called
-// once; a second call returns ErrStarted.
+// once; a second call returns ErrStarted. Run returns an error wrapping
+// topics.ErrInstanceFenced when another process joined the group with its
+// instance id (WithInstanceID), and one wrapping
+// topics.ErrSessionTimeoutRefused when the brokers refuse its session
+// timeout (WithSessionTimeout).
 func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 	if !o.started.CompareAndSwap(false, true) {
 		return ErrStarted
@@ -411,7 +439,7 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 				o.cache.assign(ps, o.callbackPartitions(ctx))
 			}
 		}),
-	}, kafkaloop.ClientOpts()...)
+	}, append(kafkaloop.ClientOpts(), kafkaloop.MembershipOpts(o.cfg.membership)...)...)
 	if o.cfg.groupType == topics.GroupShare {
 		consumerOpts = o.shareClientOpts()
 	}
@@ -419,7 +447,9 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("orchestrator: kafka consumer: %w", err)
 	}
-	defer cons.Close()
+	// A static member leaves the group on the way out (a process that
+	// dies does not, and keeps its partitions for its restart).
+	defer kafkaloop.CloseMember(cons, o.logger())
 	// Replies in flight when ctx ends still publish and persist; they get
 	// a grace period, after which the producer is closed, failing whatever
 	// it still holds (those replies are not marked and are redelivered to
@@ -461,10 +491,10 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 			return o.deadLetter(pctx, r, dlGivenUp, "orchestrator: "+reason)
 		},
 	})
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || err == nil {
 		return nil
 	}
-	return err
+	return fmt.Errorf("orchestrator: %w", err)
 }
 
 // Close stops Run (as if its context ended) and waits for it to return,

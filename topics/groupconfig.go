@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 )
@@ -12,10 +13,17 @@ import (
 var ErrInvalidGroupConfig = errors.New("topics: invalid group configuration")
 
 // GroupEntry is the listener configuration of one orchestrator domain or
-// one worker service: its group type and share-group settings.
+// one worker service: its group type, its share-group settings and, for a
+// consumer group, its members' session timeout.
 type GroupEntry struct {
 	Type  GroupType
 	Share ShareSettings
+	// SessionTimeout (key session-timeout) is the consumer group's
+	// session timeout (Membership.SessionTimeout; 0: the default), for
+	// orchestrator.WithSessionTimeout and worker.WithSessionTimeout. A
+	// share group has none: its records held by a dead member come back
+	// after record-lock-duration.
+	SessionTimeout time.Duration
 }
 
 // GroupConfig is the listener configuration (the seed's groupType property,
@@ -25,9 +33,12 @@ type GroupEntry struct {
 //	stacksaga.kafka.worker.services.<service>.group-type       CONSUMER | SHARE
 //
 // each entry with delivery-count-limit and record-lock-duration for a
-// share group; the entry "default" applies to names without their own.
-// Pass the resolved entry to orchestrator.WithGroupType/WithShareSettings
-// and worker.WithGroupType/WithShareSettings.
+// share group, or session-timeout for a consumer group; the entry
+// "default" applies to names without their own. Pass the resolved entry to
+// orchestrator.WithGroupType/WithShareSettings/WithSessionTimeout and
+// worker.WithGroupType/WithShareSettings/WithSessionTimeout. The instance
+// id of a static member is not here: it belongs to one process, not to
+// the configuration its replicas share (see Membership.InstanceID).
 type GroupConfig struct {
 	Domains  map[string]GroupEntry
 	Services map[string]GroupEntry
@@ -54,6 +65,7 @@ type groupEntryDoc struct {
 	GroupType          string `yaml:"group-type"`
 	DeliveryCountLimit string `yaml:"delivery-count-limit"`
 	RecordLockDuration string `yaml:"record-lock-duration"`
+	SessionTimeout     string `yaml:"session-timeout"`
 }
 
 // groupDoc is the part of the YAML document LoadGroupConfig reads.
@@ -104,6 +116,21 @@ func LoadGroupConfig(data []byte) (GroupConfig, error) {
 					p.Add(key+"record-lock-duration", "%v", err)
 				}
 				e.Share.RecordLock = dur
+			}
+			if s := strings.TrimSpace(d.SessionTimeout); s != "" {
+				dur, err := yamlconfig.ParseDuration(s)
+				switch {
+				case err != nil:
+					p.Add(key+"session-timeout", "%v", err)
+				case e.Type == GroupShare:
+					p.Add(key+"session-timeout", "a share group has no session timeout (its records held by a dead member come back after record-lock-duration)")
+				default:
+					e.SessionTimeout = dur
+					if err := (Membership{SessionTimeout: dur}).Validate(); err != nil {
+						_, msg, _ := strings.Cut(err.Error(), ": ")
+						p.Add(key+"session-timeout", "%s", msg)
+					}
+				}
 			}
 			if err := e.Share.Validate(); err != nil {
 				for _, line := range strings.Split(err.Error(), "\n") {

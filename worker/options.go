@@ -2,6 +2,7 @@ package worker
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"
@@ -45,6 +46,8 @@ type config struct {
 	groupType      topics.GroupType
 	groupSet       bool
 	share          topics.ShareSettings
+	membership     topics.Membership
+	instanceSet    bool // WithInstanceID was given (an empty id is refused)
 }
 
 // WithBrokers sets the seed brokers, overriding kgo's default
@@ -144,4 +147,44 @@ func WithGroupType(g topics.GroupType) Option {
 // WithGroupType(topics.GroupShare). Out-of-range values make New fail.
 func WithShareSettings(s topics.ShareSettings) Option {
 	return option(func(c *config) { c.share = s })
+}
+
+// WithInstanceID makes the worker a static member of its consumer group
+// (Kafka's group.instance.id, KIP-345): restarted with the same id after
+// it died (kill -9, a crash, an OOM kill), it gets its partitions back as
+// soon as it joins, instead of after the session timeout of its previous
+// life (WithSessionTimeout), and without a rebalance. A graceful stop
+// (Run's context ends, Close) leaves the group, as a dynamic member does,
+// so that a process that does not come back does not hold its partitions
+// for a session timeout.
+//
+// The id must be stable across the restarts of one process (a
+// StatefulSet's pod name, a host name plus a slot) and unique among the
+// live instances of the service: two live processes must never share one.
+// If they do, Kafka gives the partitions to the one that joined last and
+// Run of the other returns an error wrapping topics.ErrInstanceFenced.
+// 1 to 249 of [a-zA-Z0-9._-] (topics.ValidInstanceID); New fails
+// otherwise, and with a share group (WithGroupType), which has no static
+// members. Default: none (a dynamic member).
+func WithInstanceID(id string) Option {
+	return option(func(c *config) { c.membership.InstanceID, c.instanceSet = id, true })
+}
+
+// WithSessionTimeout sets the session timeout of the worker's consumer
+// group (kgo.SessionTimeout, Kafka's session.timeout.ms), overriding
+// topics.DefaultSessionTimeout (10s): how long the group waits for an
+// instance that stopped heartbeating (killed, hung, cut off) before its
+// partitions go to another instance, or to its own restart when it has no
+// instance id. Shorter moves them sooner but makes a process that stalls
+// that long (CPU starvation, a paused VM, a network blip) lose its
+// partitions and rejoin: correct (commands are redelivered; guard them),
+// but a rebalance. The heartbeat interval becomes a third of it when that
+// is under 3s. Between topics.MinSessionTimeout and
+// topics.MaxSessionTimeout (New fails otherwise, and with a share group)
+// and within the brokers' group.min/max.session.timeout.ms (6s to 30min by
+// default; Run fails with topics.ErrSessionTimeoutRefused otherwise).
+// YAML: stacksaga.kafka.worker.services.<service>.session-timeout
+// (topics.LoadGroupConfig).
+func WithSessionTimeout(d time.Duration) Option {
+	return option(func(c *config) { c.membership.SessionTimeout = d })
 }

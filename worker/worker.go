@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,6 +216,17 @@ func New(service string, opts ...Option) (*Worker, error) {
 	if err := cfg.share.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: share settings: %w", err))
 	}
+	if err := cfg.membership.Validate(); err != nil {
+		for _, e := range strings.Split(err.Error(), "\n") {
+			errs = append(errs, fmt.Errorf("worker: %s", membershipOption(e)))
+		}
+	}
+	if cfg.instanceSet && cfg.membership.InstanceID == "" {
+		errs = append(errs, errors.New(`worker: WithInstanceID(""): want an instance id (leave the option out for a dynamic member)`))
+	}
+	if cfg.groupType == topics.GroupShare && (cfg.membership != topics.Membership{}) {
+		errs = append(errs, errors.New("worker: WithInstanceID and WithSessionTimeout are for a consumer group; a share group has neither (its records held by a dead instance come back after the record lock, WithShareSettings)"))
+	}
 	if cfg.groupType == topics.GroupShare && !cfg.groupSet {
 		cfg.group += ".share"
 	}
@@ -238,6 +250,19 @@ func New(service string, opts ...Option) (*Worker, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// membershipOption renames the key of a topics.Membership problem
+// ("instance-id: ...") after the option that set it.
+func membershipOption(problem string) string {
+	key, msg, _ := strings.Cut(problem, ": ")
+	switch key {
+	case "instance-id":
+		return "WithInstanceID: " + msg
+	case "session-timeout":
+		return "WithSessionTimeout: " + msg
+	}
+	return problem
 }
 
 // Service returns the service name the worker was made for.
@@ -269,7 +294,11 @@ func (w *Worker) Running() <-chan struct{} { return w.running }
 // until ctx ends or Close is called. It then stops polling, lets the
 // handlers in flight finish and reply, commits, leaves the group, closes
 // its client and returns nil; no goroutine of it is left. A worker runs
-// once: a second Run returns ErrStarted, a Run after Close ErrClosed.
+// once: a second Run returns ErrStarted, a Run after Close ErrClosed. Run
+// returns an error wrapping topics.ErrInstanceFenced when another process
+// joined the group with its instance id (WithInstanceID), and one wrapping
+// topics.ErrSessionTimeoutRefused when the brokers refuse its session
+// timeout (WithSessionTimeout).
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	switch w.state {
@@ -315,7 +344,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: kafka client: %w", err)
 	}
-	defer cl.Close()
+	// A static member leaves the group on the way out (a process that
+	// dies does not, and keeps its partitions for its restart).
+	defer kafkaloop.CloseMember(cl, w.log)
 
 	// Replies and dead letters of the handlers in flight at shutdown get
 	// shutdownGrace to become durable; after that (Kafka unreachable) their
@@ -397,6 +428,7 @@ func (w *Worker) clientOpts() []kgo.Opt {
 		}),
 	)
 	opts = append(opts, kafkaloop.ClientOpts()...)
+	opts = append(opts, kafkaloop.MembershipOpts(w.cfg.membership)...)
 	if w.tel.kafkaOpt != nil {
 		opts = append(opts, w.tel.kafkaOpt)
 	}

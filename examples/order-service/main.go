@@ -41,6 +41,12 @@
 //
 //	KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/order-service --addr :8080
 //
+// With STACKSAGA_INSTANCE_ID (or --instance-id) set to a name that stays
+// with the process across restarts (a StatefulSet's pod name), a killed
+// and restarted order-service applies the replies that came meanwhile as
+// soon as it is back, instead of after its session timeout; two live
+// processes must never share it (see docs/operations.md).
+//
 // With OTEL_EXPORTER_OTLP_ENDPOINT set (http://127.0.0.1:4318 for the Jaeger
 // of `docker compose --profile observability up`) it traces its sagas over
 // OTLP; with --metrics-addr it serves Prometheus metrics at /metrics there.
@@ -72,6 +78,7 @@ func main() {
 	keyspace := flag.String("keyspace", "stacksaga_event_store", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
 	metricsAddr := flag.String("metrics-addr", os.Getenv(placeorder.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+placeorder.EnvMetricsAddr+"; empty: no metrics)")
 	traceLink := flag.String("trace-link", "", "the Trace Window links each saga's trace id with this URL template ({trace_id}, {tx_id}), e.g. http://127.0.0.1:16686/trace/{trace_id} for Jaeger")
+	instanceID := placeorder.InstanceIDFlag(flag.CommandLine, os.Getenv)
 	flag.Parse()
 	tw := traceWindowConfig{link: *traceLink, token: os.Getenv(envTraceWindowToken), readToken: os.Getenv(envTraceWindowReadToken)}
 	// Without a token, the Trace Window's reads are anonymous only while the
@@ -85,13 +92,19 @@ func main() {
 	if secret == nil {
 		slog.Warn("order-service: no $" + envWebhookSecret + " (or $" + envWebhookSecretFile + "): POST /payments/callback and POST /sagas/resume are disabled (503); an unsigned callback could ship an unpaid order")
 	}
-	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace, *metricsAddr, tw, secret); err != nil {
+	var extra []orchestrator.Option
+	if *instanceID != "" {
+		extra = append(extra, orchestrator.WithInstanceID(*instanceID))
+	}
+	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace, *metricsAddr, tw, secret, extra...); err != nil {
 		slog.Error("order-service stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr string, twc traceWindowConfig, webhookSecret []byte) error {
+// run serves the order-service until SIGINT or SIGTERM; extra options go
+// to its orchestrator (the instance id).
+func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr string, twc traceWindowConfig, webhookSecret []byte, extra ...orchestrator.Option) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Traces when OTEL_EXPORTER_OTLP_ENDPOINT is set, metrics at
@@ -104,7 +117,7 @@ func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr st
 	if tel.MetricsURL != "" {
 		slog.Info("metrics", "url", tel.MetricsURL)
 	}
-	svc, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, tel, twc)
+	svc, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, tel, twc, extra...)
 	if err != nil {
 		return err
 	}
@@ -115,7 +128,13 @@ func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr st
 		return err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- o.Run(ctx) }()
+	go func() {
+		errc <- o.Run(ctx)
+		// A Run that ends on its own (fenced by another process with
+		// this instance id) stops the service: its API would take
+		// orders that no orchestrator here moves on.
+		stop()
+	}()
 	srv := &http.Server{Addr: addr, Handler: api, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

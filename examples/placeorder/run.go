@@ -26,14 +26,32 @@ func Brokers(flagValue string) []string {
 	return strings.Split(v, ",")
 }
 
+// EnvInstanceID is the environment variable that gives an example service
+// its instance id in its consumer groups (--instance-id;
+// orchestrator.WithInstanceID, worker.WithInstanceID): a process killed
+// and restarted with the same id takes its partitions back as soon as it
+// has joined, instead of after its session timeout. Give each process its
+// own id, stable across its restarts (a StatefulSet's pod name:
+// STACKSAGA_INSTANCE_ID=$(POD_NAME)); two live processes must never share
+// one (the one that joined first stops with topics.ErrInstanceFenced).
+// Unset: a dynamic member.
+const EnvInstanceID = "STACKSAGA_INSTANCE_ID"
+
+// InstanceIDFlag registers the --instance-id flag on fs, whose default is
+// $STACKSAGA_INSTANCE_ID (EnvInstanceID), looked up with getenv.
+func InstanceIDFlag(fs *flag.FlagSet, getenv func(string) string) *string {
+	return fs.String("instance-id", getenv(EnvInstanceID), "this process's instance id in its Kafka consumer groups, stable across its restarts and unique among live processes (default $"+EnvInstanceID+"; empty: a dynamic member, whose partitions wait out its session timeout after a crash)")
+}
+
 // WorkerMain is the whole main of an example worker service: it parses
-// the --kafka and --metrics-addr flags, sets up telemetry (SetupTelemetry:
+// the --kafka, --metrics-addr and --instance-id flags, sets up telemetry (SetupTelemetry:
 // traces when OTEL_EXPORTER_OTLP_ENDPOINT is set, /metrics at
 // --metrics-addr), runs the worker with register's endpoints until SIGINT
 // or SIGTERM, and exits non-zero on failure.
 func WorkerMain(service string, register func(*worker.Worker, Observer) error) {
 	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
 	metricsAddr := flag.String("metrics-addr", os.Getenv(EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+EnvMetricsAddr+"; empty: no metrics)")
+	instanceID := InstanceIDFlag(flag.CommandLine, os.Getenv)
 	flag.Parse()
 	tel, err := SetupTelemetry(context.Background(), service, *metricsAddr)
 	if err != nil {
@@ -41,6 +59,9 @@ func WorkerMain(service string, register func(*worker.Worker, Observer) error) {
 		os.Exit(1)
 	}
 	var opts []worker.Option
+	if *instanceID != "" {
+		opts = append(opts, worker.WithInstanceID(*instanceID))
+	}
 	if tel.TracerProvider != nil {
 		opts = append(opts, worker.WithTracerProvider(tel.TracerProvider))
 	}

@@ -66,7 +66,8 @@ const (
 	DefaultRetryBudget = 5 * time.Minute
 	// DefaultMaxBatchTime bounds how long a rebalance waits for the
 	// handlers running on the partitions it revokes; it is well under
-	// kgo's default rebalance timeout (60s) and session timeout (45s).
+	// kgo's default rebalance timeout (60s). The session timeout does not
+	// bound it: kgo goes on heartbeating while a revoke drains.
 	DefaultMaxBatchTime = 20 * time.Second
 )
 
@@ -300,7 +301,10 @@ func loopOf(cl *kgo.Client) *loop {
 // polled but not started by then are left to the next owner of their
 // partition (close cl after Run: a later Run on the same client would not
 // see them again). Run returns an error only if the client was closed under
-// it. One client serves one Run at a time.
+// it, or if the group refuses its member for good: another process joined
+// with its instance id (topics.ErrInstanceFenced) or the brokers refuse its
+// session timeout (topics.ErrSessionTimeoutRefused). One client serves one
+// Run at a time; close it with CloseMember.
 func Run(ctx context.Context, cl *kgo.Client, h Handler, o Options) error {
 	o.defaults()
 	l := newLoop(ctx, cl, h, o)
@@ -331,7 +335,12 @@ func (l *loop) poll(ctx context.Context) error {
 			l.cl.AllowRebalance()
 			return errors.New("kafkaloop: client closed")
 		}
+		var fatal error
 		fetches.EachError(func(t string, p int32, err error) {
+			if gerr := groupError(l.cl, err); gerr != nil {
+				fatal = gerr
+				return
+			}
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				l.o.Logger.Warn("kafkaloop: fetch error", "topic", t, "partition", p, "err", err)
 			}
@@ -341,6 +350,12 @@ func (l *loop) poll(ctx context.Context) error {
 		}
 		// The polled records are in the loop's state: a revoke may run.
 		l.cl.AllowRebalance()
+		if fatal != nil {
+			// The partitions are gone already (kgo called
+			// OnPartitionsLost before reporting it).
+			l.o.Logger.Error("kafkaloop: stopping: the consumer group refuses this member", "err", fatal)
+			return fatal
+		}
 		if ctx.Err() != nil {
 			return nil
 		}

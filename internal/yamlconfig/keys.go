@@ -96,9 +96,11 @@ var Keys = []string{
 	"stacksaga.kafka.orchestrator.domains.*.group-type",
 	"stacksaga.kafka.orchestrator.domains.*.delivery-count-limit",
 	"stacksaga.kafka.orchestrator.domains.*.record-lock-duration",
+	"stacksaga.kafka.orchestrator.domains.*.session-timeout",
 	"stacksaga.kafka.worker.services.*.group-type",
 	"stacksaga.kafka.worker.services.*.delivery-count-limit",
 	"stacksaga.kafka.worker.services.*.record-lock-duration",
+	"stacksaga.kafka.worker.services.*.session-timeout",
 
 	// ringcoordinator
 	"stacksaga.coordinator.deploy.index-based",
