@@ -157,15 +157,25 @@ func openFloorSession(ctx context.Context, o options) (*floorSession, error) {
 	cl.NumConns = 2 // as the store's default pool
 	cl.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy("datacenter1"), gocql.DoNotShuffleReplicas())
 	cl.Logger = gocql.NewLogger(gocql.LogLevelNone)
-	s, err := cl.CreateSession()
+	tbl := o.keyspace + "." + floorTable
+	ddl := "CREATE TABLE IF NOT EXISTS " + tbl + " (pk text, ck int, v blob, PRIMARY KEY (pk, ck)) WITH default_time_to_live = 3600"
+	// The DDL on a session of its own with a minute per request: a schema
+	// change on a loaded node takes longer than the floor's queries may.
+	dcl := cluster(o)
+	dcl.Timeout, dcl.WriteTimeout, dcl.ConnectTimeout = time.Minute, time.Minute, 10*time.Second
+	dcl.Logger = gocql.NewLogger(gocql.LogLevelNone)
+	ds, err := dcl.CreateSession()
 	if err != nil {
 		return nil, fmt.Errorf("floor: cassandra session: %w", err)
 	}
-	tbl := o.keyspace + "." + floorTable
-	ddl := "CREATE TABLE IF NOT EXISTS " + tbl + " (pk text, ck int, v blob, PRIMARY KEY (pk, ck)) WITH default_time_to_live = 3600"
-	if err := s.Query(ddl).Consistency(gocql.One).ExecContext(ctx); err != nil {
-		s.Close()
+	err = ds.Query(ddl).Consistency(gocql.One).ExecContext(ctx)
+	ds.Close()
+	if err != nil {
 		return nil, fmt.Errorf("floor: %s: %w", ddl, err)
+	}
+	s, err := cl.CreateSession()
+	if err != nil {
+		return nil, fmt.Errorf("floor: cassandra session: %w", err)
 	}
 	return &floorSession{
 		s:        s,

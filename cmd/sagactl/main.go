@@ -187,6 +187,11 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	cl.Keyspace = "" // it may not exist yet
+	// A DDL statement waits for the node to write the schema and for the
+	// cluster to agree on it: seconds more than a query on a loaded node.
+	if cl.Timeout < time.Minute {
+		cl.Timeout, cl.WriteTimeout = time.Minute, time.Minute
+	}
 	session, err := cassandra.Connect(ctx, cl)
 	if err != nil {
 		fmt.Fprintf(stderr, "sagactl: connect to %s: %v\n", strings.Join(cfg.ContactPoints, ","), err)
