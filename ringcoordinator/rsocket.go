@@ -423,6 +423,26 @@ type rsConn struct {
 	cancel   context.CancelFunc
 	lost     chan struct{} // closed when the connection closes
 	closeErr error         // why it closed (set before lost is closed)
+
+	// sending is read-held while a request's first frame is handed to
+	// rsocket-go and write-held by Close before it closes the client:
+	// rsocket-go closes its send queue in Close while a concurrent send
+	// may be writing to it (it recovers the panic, but the race detector
+	// reports the race). closed refuses requests once Close has begun.
+	sending sync.RWMutex
+	closed  bool
+}
+
+// send runs start, which hands a request's first frame to rsocket-go,
+// unless the connection is closing.
+func (c *rsConn) send(start func()) bool {
+	c.sending.RLock()
+	defer c.sending.RUnlock()
+	if c.closed {
+		return false
+	}
+	start()
+	return true
 }
 
 // lostErr is the error of a request on a closed connection: the reason
@@ -440,7 +460,11 @@ func (c *rsConn) RequestResponse(ctx context.Context, req []byte) ([]byte, error
 		return nil, c.lostErr()
 	default:
 	}
-	p, err := c.cli.RequestResponse(payload.New(clone(req), nil)).Block(ctx)
+	var m mono.Mono
+	if !c.send(func() { m = c.cli.RequestResponse(payload.New(clone(req), nil)) }) {
+		return nil, c.lostErr()
+	}
+	p, err := m.Block(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -470,14 +494,18 @@ func (c *rsConn) RequestStream(ctx context.Context, req []byte, recv func([]byte
 	default:
 	}
 	q := newQueue()
-	c.cli.RequestStream(payload.New(clone(req), nil)).Subscribe(context.Background(),
-		rx.OnNext(func(p payload.Payload) error {
-			q.push(clone(p.Data())) // the payload's buffer is recycled after this call
-			return nil
-		}),
-		rx.OnError(func(err error) { q.close(wireError(err)) }),
-		rx.OnComplete(func() { q.close(nil) }),
-	)
+	if !c.send(func() {
+		c.cli.RequestStream(payload.New(clone(req), nil)).Subscribe(context.Background(),
+			rx.OnNext(func(p payload.Payload) error {
+				q.push(clone(p.Data())) // the payload's buffer is recycled after this call
+				return nil
+			}),
+			rx.OnError(func(err error) { q.close(wireError(err)) }),
+			rx.OnComplete(func() { q.close(nil) }),
+		)
+	}) {
+		return c.lostErr()
+	}
 	err := q.pump(ctx, c.lost, recv)
 	if err == errConnClosed { //nolint:errorlint // pump's own loss, unwrapped
 		err = c.lostErr()
@@ -489,6 +517,19 @@ func (c *rsConn) RequestStream(ctx context.Context, req []byte, recv func([]byte
 }
 
 func (c *rsConn) Close() error {
+	// Wait for the requests being handed over (bounded: a send blocked on
+	// a full queue is released when the client closes below).
+	locked := make(chan struct{})
+	go func() {
+		c.sending.Lock()
+		c.closed = true
+		c.sending.Unlock()
+		close(locked)
+	}()
+	select {
+	case <-locked:
+	case <-time.After(2 * time.Second):
+	}
 	err := c.cli.Close()
 	c.cancel()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
