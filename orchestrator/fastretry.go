@@ -18,16 +18,13 @@ const fastRetryTimeout = 30 * time.Second
 // fastRetryParallelism bounds the in-process re-drives running at once.
 const fastRetryParallelism = 64
 
-// sagaTimers are per-saga in-process timers (keyed by transaction id:
-// arming one replaces the saga's previous one). Retries use them: the
-// in-process retries of the sagas an orchestrator
-// parked in RETRY_PENDING (recovery.RetryPolicy.Backoff): a timer per
-// saga, keyed by transaction id, that re-drives the saga if it is still
-// parked at the version the timer was armed for. They are a fast path
-// only: the saga's window registration, written before it was parked,
-// re-drives it if this process dies first, and the two cannot both run
-// the retry (whichever moves the saga out of RETRY_PENDING first wins; the
-// other finds it moved and does nothing).
+// sagaTimers are per-saga in-process timers, keyed by transaction id
+// (arming one replaces the saga's previous one), each checking when it
+// fires that the saga is still at the version it was armed for. Two sets
+// use them: the in-process retries of sagas parked in RETRY_PENDING
+// (recovery.RetryPolicy.Backoff; the window registration written before
+// the park is the durable fallback, and whichever moves the saga out of
+// RETRY_PENDING first wins) and the step timeouts (steptimeout.go).
 type sagaTimers struct {
 	mu      sync.Mutex
 	m       map[string]*time.Timer

@@ -11,6 +11,17 @@ import (
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
+// newRetryRig is a rig whose charge fails each saga's first attempt
+// retryably, with both workers running.
+func newRetryRig(t *testing.T, kind string) *rig {
+	t.Helper()
+	r := newRig(t, kind)
+	r.retryChargeOnce.Store(true)
+	r.startWorker(r.svcStock)
+	r.startWorker(r.svcPay)
+	return r
+}
+
 // waitStates waits (in real time) until every saga of ids is in want.
 func waitStates(t *testing.T, o *orchestrator.Orchestrator[order], within time.Duration, ids []string, want eventstore.State) {
 	t.Helper()
@@ -51,10 +62,7 @@ func assertRetriedOnce(t *testing.T, r *rig, o *orchestrator.Orchestrator[order]
 // although no window is ever scanned. The first retry's delay is logged.
 func TestFastRetryWithDefaults(t *testing.T) {
 	onEachStore(t, func(t *testing.T, kind string) {
-		r := newRig(t, kind)
-		r.retryChargeOnce.Store(true)
-		r.startWorker(r.svcStock)
-		r.startWorker(r.svcPay)
+		r := newRetryRig(t, kind)
 		armed := make(chan time.Duration, 64)
 		o, _ := r.startOrchestrator(orchestrator.WithRetryArmedHook(func(_ string, d time.Duration) {
 			select {
@@ -93,10 +101,7 @@ func TestFastRetryWithDefaults(t *testing.T) {
 // workers have no guard: a second command of an attempt would run).
 func TestFastRetryAndWindowFallbackNeverBoth(t *testing.T) {
 	onEachStore(t, func(t *testing.T, kind string) {
-		r := newRig(t, kind)
-		r.retryChargeOnce.Store(true)
-		r.startWorker(r.svcStock)
-		r.startWorker(r.svcPay)
+		r := newRetryRig(t, kind)
 		clock := newFakeClock()
 		cfg := recoveryCfg(t)
 		cfg.Retry.Default.InitialInterval = 200 * time.Millisecond
@@ -123,10 +128,7 @@ func TestFastRetryAndWindowFallbackNeverBoth(t *testing.T) {
 // retry node re-drive every saga, once.
 func TestFastRetryLostWithItsProcessWindowsRetry(t *testing.T) {
 	onEachStore(t, func(t *testing.T, kind string) {
-		r := newRig(t, kind)
-		r.retryChargeOnce.Store(true)
-		r.startWorker(r.svcStock)
-		r.startWorker(r.svcPay)
+		r := newRetryRig(t, kind)
 		clock := newFakeClock()
 		cfg := recoveryCfg(t)
 		cfg.Retry.Default.InitialInterval = time.Hour // never fires in this test

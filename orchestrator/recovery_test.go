@@ -102,10 +102,7 @@ func scanUntil(t *testing.T, o *orchestrator.Orchestrator[order], clock *fakeClo
 // (the failed attempt and the good one), every other step once.
 func TestRecoveryRetriesTransientFailures(t *testing.T) {
 	onEachStore(t, func(t *testing.T, kind string) {
-		r := newRig(t, kind)
-		r.retryChargeOnce.Store(true)
-		r.startWorker(r.svcStock)
-		r.startWorker(r.svcPay)
+		r := newRetryRig(t, kind)
 		clock := newFakeClock()
 		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)), orchestrator.WithRetryNode())
 		ids := startConcurrently(t, o, 20)
