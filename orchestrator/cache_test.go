@@ -229,6 +229,11 @@ func TestCachedStateOfAnExpiredSagaIsNotTrusted(t *testing.T) {
 		defer mu.Unlock()
 		return held != nil
 	})
+	// The first step's reply is applied once the saga is persisted at the
+	// second step (the command is published before that): wait for it, or
+	// its persist races with the disable below and it is the reply the
+	// stats count.
+	waitStats(t, o, "the first reply applied", func(st orchestrator.Stats) bool { return st.Replies >= 1 })
 	// A retry node elsewhere disables the saga once its lifetime is over.
 	clock.advance(2 * time.Hour)
 	tx, err := store.LoadTransaction(ctx, o.Scope(), txID)
