@@ -24,8 +24,9 @@ const DefaultStateCacheSize = 200_000
 // instance owns, one shard per partition: a saga's partition is computed
 // from its transaction id as the workers' producers choose it (Kafka's
 // default partitioner: murmur2 of the key), an entry is put only while its
-// partition is owned (before Run's first assignment, it waits for that
-// assignment to say whether it is), and a shard is dropped whole the
+// partition is owned (nothing is put before Run's first assignment: the
+// partition may be another instance's then, which may run the saga on
+// before this one is given it), and a shard is dropped whole the
 // moment its partition is revoked or lost, before the partition's last
 // replies are drained. So an entry never outlives this instance's
 // ownership of its partition: a saga whose replies another instance
@@ -53,10 +54,9 @@ type stateCache struct {
 
 // cacheView is the cache's shards at one time.
 type cacheView struct {
-	// pending, until Run's first assignment, holds what is put: the
-	// assignment keeps the entries of the partitions it gives this
-	// instance and drops the rest (no reply is applied before it).
-	pending *shard
+	// pending is set until Run's first assignment: nothing is cached
+	// then (which partitions are owned, and since when, is unknown).
+	pending bool
 	// parts maps each owned callback partition to its shard, of a topic
 	// of n partitions.
 	parts map[int32]*shard
@@ -84,14 +84,11 @@ func (c *stateCache) partitionOf(txID string, n int32) int32 {
 }
 
 // shardOf returns the shard txID goes to and the partition of its
-// replies (-1 before the first assignment); nil if it is not cached here.
+// replies; nil if it is not cached here.
 func (c *stateCache) shardOf(txID string) (*shard, int32) {
 	v := c.view.Load()
-	switch {
-	case v == nil:
+	if v == nil || v.pending {
 		return nil, -1
-	case v.pending != nil:
-		return v.pending, -1
 	}
 	p := c.partitionOf(txID, v.n)
 	return v.parts[p], p
@@ -103,7 +100,7 @@ func (c *stateCache) get(txID string, partition int32) (eventstore.Transaction, 
 		return eventstore.Transaction{}, false
 	}
 	s, p := c.shardOf(txID)
-	if s == nil || p < 0 {
+	if s == nil {
 		return eventstore.Transaction{}, false
 	}
 	if p != partition {
@@ -172,10 +169,10 @@ func (c *stateCache) drop(txID string) {
 // pending reports whether the cache waits for Run's first assignment.
 func (c *stateCache) pending() bool {
 	v := c.view.Load()
-	return v != nil && v.pending != nil
+	return v != nil && v.pending
 }
 
-// expectAssignment makes the cache hold what is put until Run's first
+// expectAssignment makes the cache hold nothing until Run's first
 // assignment (see cacheView.pending).
 func (c *stateCache) expectAssignment() {
 	if !c.enabled() {
@@ -183,7 +180,7 @@ func (c *stateCache) expectAssignment() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.setLocked(&cacheView{pending: &shard{}})
+	c.setLocked(&cacheView{pending: true})
 }
 
 // assign starts shards for the newly owned partitions, of a callback
@@ -201,26 +198,13 @@ func (c *stateCache) assign(partitions []int32, n int32) {
 		return
 	}
 	next := &cacheView{parts: map[int32]*shard{}, n: n}
-	if cur != nil && cur.pending == nil && cur.n == n {
+	if cur != nil && !cur.pending && cur.n == n {
 		for p, s := range cur.parts {
 			next.parts[p] = s
 		}
 	}
 	for _, p := range partitions {
 		next.parts[p] = &shard{} // newly owned: whatever was here is stale
-	}
-	if cur != nil && cur.pending != nil {
-		// The first assignment: keep the pending entries it owns.
-		pend := cur.pending
-		c.kill(pend)
-		pend.m.Range(func(k, v any) bool {
-			if s := next.parts[c.partitionOf(k.(string), n)]; s != nil {
-				s.m.Store(k, v)
-				s.n.Add(1)
-				c.n.Add(1)
-			}
-			return true
-		})
 	}
 	c.setLocked(next)
 }
@@ -233,7 +217,7 @@ func (c *stateCache) revoke(partitions []int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cur := c.view.Load()
-	if cur == nil || cur.pending != nil {
+	if cur == nil || cur.pending {
 		return
 	}
 	next := &cacheView{parts: make(map[int32]*shard, len(cur.parts)), n: cur.n}
@@ -263,9 +247,6 @@ func (c *stateCache) setLocked(next *cacheView) {
 	cur := c.view.Swap(next)
 	if cur == nil {
 		return
-	}
-	if cur.pending != nil && (next == nil || next.pending != cur.pending) {
-		c.kill(cur.pending)
 	}
 	for p, s := range cur.parts {
 		if next == nil || next.parts[p] != s {
