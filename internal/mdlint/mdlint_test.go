@@ -152,3 +152,68 @@ func yamlBlocks(md string) []string {
 	}
 	return out
 }
+
+// TestGoSnippetsAreFromTheExamples: a ```go block of the README or docs/
+// whose first line names a Go file of the repository (`// examples/x/main.go`)
+// shows only lines of that file (compared without their indentation), so
+// the quickstart's snippets are code that compiles and cannot drift from it.
+func TestGoSnippetsAreFromTheExamples(t *testing.T) {
+	root := filepath.Join("..", "..")
+	files := []string{filepath.Join(root, "README.md")}
+	if md, err := filepath.Glob(filepath.Join(root, "docs", "*.md")); err == nil {
+		files = append(files, md...)
+	}
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, block := range fencedBlocks(string(data), "go") {
+			lines := strings.Split(block, "\n")
+			src, ok := strings.CutPrefix(strings.TrimSpace(lines[0]), "// ")
+			if !ok || !strings.HasSuffix(src, ".go") || strings.ContainsAny(src, " (") {
+				continue
+			}
+			n++
+			code, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(src)))
+			if err != nil {
+				t.Errorf("%s: a Go block names %s: %v", f, src, err)
+				continue
+			}
+			have := map[string]bool{}
+			for _, l := range strings.Split(string(code), "\n") {
+				have[strings.TrimSpace(l)] = true
+			}
+			for _, l := range lines[1:] {
+				if l = strings.TrimSpace(l); l != "" && !have[l] {
+					t.Errorf("%s: the block from %s shows a line that is not in that file: %q", f, src, l)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no Go block naming its source file: the test checks nothing")
+	}
+}
+
+// fencedBlocks returns the bodies of the fences of a Markdown text whose
+// info string is lang.
+func fencedBlocks(md, lang string) []string {
+	var out []string
+	var cur []string
+	in := false
+	for _, line := range strings.Split(md, "\n") {
+		trim := strings.TrimSpace(line)
+		switch {
+		case !in && trim == "```"+lang:
+			in, cur = true, nil
+		case in && trim == "```":
+			in = false
+			out = append(out, strings.Join(cur, "\n"))
+		case in:
+			cur = append(cur, line)
+		}
+	}
+	return out
+}
