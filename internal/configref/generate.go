@@ -1,0 +1,3 @@
+package configref
+
+//go:generate go run ./gen -root ../.. -o ../../docs/configuration.md
