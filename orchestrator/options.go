@@ -256,6 +256,13 @@ func WithShutdownGrace(d time.Duration) Option {
 // saga start registers a restore watchdog, every retryable failure a retry,
 // and a terminal state deletes the watchdog. Retry policies are looked up by
 // the domain name and the endpoint as "service/endpoint".
+//
+// What this orchestrator does itself is the in-process retry of a
+// retryable failure (initial-interval) and the step timeouts. What the
+// directory holds is acted on only by a retry node (WithRetryNode): the
+// retries whose process died, the restore watchdogs of stalled sagas, pause
+// deadlines and sagactl's restore and resume requests. Run at least one
+// retry node per service.
 func WithRecovery(cfg recovery.Config) Option {
 	return optFunc(func(c *config) { c.recovery, c.recoveryOn = cfg, true })
 }

@@ -32,8 +32,13 @@ var webFS embed.FS
 
 // List defaults and bounds of the JSON API.
 const (
+	// DefaultListLimit is the page size of a list request without ?limit=.
 	DefaultListLimit = 50
-	MaxListLimit     = 200
+	// MaxListLimit is the largest ?limit= a list request may ask for, and
+	// what GET /api/config reports as max_limit. It is the API's own
+	// bound, below the largest page an Index serves (MaxLimit, 500), so that
+	// one request of the page stays small.
+	MaxListLimit = 200
 	// DefaultListRange is the creation-time range a list covers when the
 	// request names none: the last 24 hours.
 	DefaultListRange = 24 * time.Hour

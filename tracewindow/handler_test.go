@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -303,6 +304,18 @@ func TestAPIConfigAndDomains(t *testing.T) {
 	}
 	if c.Scope.Service != "order-service" || !c.Index || len(c.Admin) != 0 || len(c.States) != len(tracewindow.States) {
 		t.Fatalf("config %+v", c)
+	}
+	// max_limit is the bound the list endpoint enforces (MaxListLimit),
+	// within what an index serves in one query (MaxLimit).
+	if c.MaxLimit != tracewindow.MaxListLimit || tracewindow.MaxListLimit > tracewindow.MaxLimit {
+		t.Fatalf("config max_limit %d, MaxListLimit %d, index MaxLimit %d", c.MaxLimit, tracewindow.MaxListLimit, tracewindow.MaxLimit)
+	}
+	var page json.RawMessage
+	if code := f.get(fmt.Sprintf("/api/sagas?domain=order&limit=%d", c.MaxLimit), &page); code != 200 {
+		t.Fatalf("list at max_limit: %d", code)
+	}
+	if code := f.get(fmt.Sprintf("/api/sagas?domain=order&limit=%d", c.MaxLimit+1), &page); code != 400 {
+		t.Fatalf("list over max_limit: %d, want 400", code)
 	}
 	var d struct{ Domains []string }
 	if code := f.get("/api/domains", &d); code != 200 || !slices.Equal(d.Domains, []string{"billing", "order"}) {
