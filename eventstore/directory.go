@@ -66,7 +66,7 @@ var FullRing = TokenRange{Min: math.MinInt64, Max: math.MaxInt64}
 func (r TokenRange) Contains(token int64) bool { return token >= r.Min && token <= r.Max }
 
 // Directory is the 5-tier recovery directory part of Store (seed 000 part
-// 4):
+// 4, the design document of the event store; see docs/design.md):
 //
 //	tier 1 es_days_by_year                      (scope, year)               -> day ASC
 //	tier 2 es_recovery_windows_by_day           (scope, day)                -> minute_of_day ASC

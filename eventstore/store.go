@@ -71,7 +71,7 @@ func (s Scope) Validate() error {
 // State is a saga's state.
 type State string
 
-// Saga states (DESIGN.md, "Saga model").
+// Saga states (docs/concepts.md and docs/design.md).
 const (
 	StateStarted            State = "STARTED"
 	StateInProgress         State = "IN_PROGRESS"

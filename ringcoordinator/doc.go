@@ -1,7 +1,9 @@
 // Package ringcoordinator hands out non-overlapping ranges of the Cassandra
 // Murmur3 token ring to retry nodes, minute by minute, so that many nodes can
 // re-drive stalled sagas without locks (seed 001, "Transaction Retry
-// Architecture With Retry Coordinator").
+// Architecture With Retry Coordinator": one of the design documents this
+// project implements, whose tables the splits reproduce; docs/design.md says
+// what each seed covers).
 //
 // # Tokens and splits
 //

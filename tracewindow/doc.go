@@ -2,7 +2,8 @@
 // one scope's event store (region, cluster, service) that show each saga's
 // step timeline, its compensation trail, its retry audit and the live
 // health of the sagas in flight. An orchestrator service mounts the
-// Handler on its own mux (the seed's "connector"); `sagactl trace-window`
+// Handler on its own mux (what seed 003, the design document of the Kafka
+// framework, calls the "connector"; see docs/design.md); `sagactl trace-window`
 // serves the same from the store alone.
 //
 // Wiring, in a service that embeds an orchestrator on Cassandra:

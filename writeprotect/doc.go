@@ -1,5 +1,7 @@
 // Package writeprotect keeps duplicate deliveries of saga commands from
-// running a business step twice (seed 000, part 3). A Guard wraps every
+// running a business step twice (seed 000, part 3: "seed 000" is the
+// design document of the Cassandra event store this project implements; the
+// repository's docs/design.md says what each seed covers). A Guard wraps every
 // step a worker executes (worker.WithGuard) and keeps one execution marker
 // per (transaction, span, kind) in es_execution_markers, in the partition
 // of the orchestrating service (the command's Region, Cluster and

@@ -1,5 +1,6 @@
 // Command ringcoordinator runs the ring coordinator of StackSaga's retry
-// nodes: a master, a slave, or both in one process (seed 001's topologies).
+// nodes: a master, a slave, or both in one process (the topologies of seed
+// 001, the design document of the retry architecture; see docs/design.md).
 //
 //	ringcoordinator [--config stacksaga.yaml] [--role master|slave|master-slave]
 //	                [--index-based [--ordinal N] [--hostname H]]

@@ -109,7 +109,8 @@ type Config struct {
 	Replication Replication `yaml:"replication"`
 	// CreateSchema makes New apply the schema (idempotent) before
 	// connecting to the keyspace. Default false: the schema is applied by
-	// `sagactl schema apply` as the seed's setup step 2.
+	// `sagactl schema apply`, the second step of seed 000's setup guide
+	// (docs/design.md).
 	CreateSchema bool `yaml:"create-schema"`
 }
 

@@ -1,5 +1,7 @@
 // Package cassandra is the Cassandra eventstore.Store: the product's event
-// store (seed 000). It owns the CQL schema (schema.cql, embedded), its
+// store (seed 000: the design document of the event store this project
+// implements; docs/design.md says what each seed covers). It owns the CQL
+// schema (schema.cql, embedded), its
 // configuration (the stacksaga.cassandra YAML keys), and a statement
 // counter for tests and benchmarks.
 //
