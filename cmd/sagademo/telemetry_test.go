@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -218,6 +222,7 @@ func TestDemoMetricsEmbedded(t *testing.T) {
 		t.Fatalf("duplicates_skipped=%d stale_replies=%d: the duplicates did not arrive", res.duplicatesSkipped, res.staleRepl)
 	}
 	checkDemoMetrics(t, res, fams, placeorder.Domain)
+	checkDashboard(t, fams)
 }
 
 // The same on real Kafka and Cassandra, where the store's round trips are
@@ -243,6 +248,7 @@ func TestDemoMetricsRealServices(t *testing.T) {
 	if got := sum(fams, "db_client_operation_duration_seconds", map[string]string{"db_system_name": "cassandra", "db_collection_name": "es_transaction"}); got == 0 {
 		t.Errorf("no es_transaction request timed; families: %s", familyNames(fams))
 	}
+	checkDashboard(t, fams)
 }
 
 // With every consumer in a share group (KIP-932) on real Kafka the Kafka
@@ -264,5 +270,78 @@ func TestDemoMetricsShareGroups(t *testing.T) {
 	}
 	if got := sum(fams, "stacksaga_saga_started_total", map[string]string{"stacksaga_domain": placeorder.DefaultNames().WithSuffix(suffix).Domain}); got != float64(res.sagas) {
 		t.Errorf("stacksaga_saga_started_total = %v, want %d", got, res.sagas)
+	}
+}
+
+// checkDashboard: every metric the Grafana dashboard of the compose file's
+// observability profile (deploy/grafana/dashboards/stacksaga.json) queries
+// is one the framework exports under that name, and every label it groups
+// by is on that metric, as scraped from a real run (fams); a metric that
+// the run did not produce (it counts rare events) must be documented in
+// docs/observability.md.
+func checkDashboard(t *testing.T, fams map[string]*dto.MetricFamily) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "dashboards", "stacksaga.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "observability.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricRe := regexp.MustCompile(`\b((?:stacksaga|messaging|db)_[a-z_]+?)(_bucket)?\[`)
+	byRe := regexp.MustCompile(`by \(([^)]*)\)`)
+	found := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			ms := metricRe.FindAllStringSubmatch(tg.Expr, -1)
+			if len(ms) == 0 {
+				// a gauge without a range: the name before the closing paren
+				if m := regexp.MustCompile(`\) \((stacksaga_[a-z_]+)\)$`).FindStringSubmatch(tg.Expr); m != nil {
+					ms = [][]string{{"", m[1], ""}}
+				}
+			}
+			if len(ms) == 0 {
+				t.Errorf("panel %q: no metric in %q", p.Title, tg.Expr)
+			}
+			for _, m := range ms {
+				name := m[1]
+				f := fams[name]
+				if f == nil {
+					if !strings.Contains(string(doc), "`"+name+"`") {
+						t.Errorf("panel %q queries %s, which the run did not export and docs/observability.md does not list", p.Title, name)
+					}
+					continue
+				}
+				found++
+				labels := map[string]bool{"le": true}
+				for _, s := range f.GetMetric() {
+					for _, l := range s.GetLabel() {
+						labels[l.GetName()] = true
+					}
+				}
+				for _, by := range byRe.FindAllStringSubmatch(tg.Expr, -1) {
+					for _, l := range strings.Split(by[1], ",") {
+						if l = strings.TrimSpace(l); !labels[l] {
+							t.Errorf("panel %q groups %s by %s, a label it does not have", p.Title, name, l)
+						}
+					}
+				}
+			}
+		}
+	}
+	if found < 10 {
+		t.Errorf("only %d of the dashboard's queries name a metric the run exported", found)
 	}
 }

@@ -1,6 +1,7 @@
 package testenv_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -83,9 +84,11 @@ func keys[V any](m map[string]V) []string {
 }
 
 // TestComposeObservabilityProfile checks the optional observability profile:
-// Jaeger (OTLP and UI) and Prometheus only start with --profile
-// observability, and Prometheus scrapes every example service on the port
-// the README gives it.
+// Jaeger (OTLP and UI), Prometheus and Grafana only start with --profile
+// observability, Prometheus scrapes every example service on the port
+// docs/observability.md gives it, and Grafana, on loopback, is provisioned
+// with that Prometheus as its datasource and the StackSaga dashboard (whose
+// queries cmd/sagademo's metrics tests check against a real scrape).
 func TestComposeObservabilityProfile(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
 	if err != nil {
@@ -104,7 +107,7 @@ func TestComposeObservabilityProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, s := range f.Services {
-		observability := name == "jaeger" || name == "prometheus"
+		observability := name == "jaeger" || name == "prometheus" || name == "grafana"
 		if inProfile := len(s.Profiles) == 1 && s.Profiles[0] == "observability"; inProfile != observability {
 			t.Errorf("%s: profiles %v", name, s.Profiles)
 		}
@@ -117,6 +120,13 @@ func TestComposeObservabilityProfile(t *testing.T) {
 		!slices.Contains(p.Volumes, "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro") || !slices.Contains(p.ExtraHosts, "host.docker.internal:host-gateway") {
 		t.Errorf("prometheus: %+v", p)
 	}
+	g := f.Services["grafana"]
+	if !strings.HasPrefix(g.Image, "grafana/grafana:") || !slices.Equal(g.Ports, []string{"127.0.0.1:3000:3000"}) ||
+		!slices.Contains(g.Volumes, "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro") ||
+		!slices.Contains(g.Volumes, "./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro") {
+		t.Errorf("grafana: %+v", g)
+	}
+	checkGrafanaProvisioning(t)
 	cfg, err := os.ReadFile(filepath.Join("..", "..", "deploy", "prometheus.yml"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,5 +158,74 @@ func TestComposeObservabilityProfile(t *testing.T) {
 		if jobs[job] != target {
 			t.Errorf("deploy/prometheus.yml: job %s scrapes %q, want %q", job, jobs[job], target)
 		}
+	}
+}
+
+// checkGrafanaProvisioning: the datasource is the profile's Prometheus under
+// the uid the dashboard's panels name, the dashboards provider reads the
+// directory compose mounts, and the dashboard is valid JSON whose every
+// panel queries that datasource.
+func checkGrafanaProvisioning(t *testing.T) {
+	t.Helper()
+	dir := filepath.Join("..", "..", "deploy", "grafana")
+	var ds struct {
+		Datasources []struct {
+			UID  string `yaml:"uid"`
+			Type string `yaml:"type"`
+			URL  string `yaml:"url"`
+		} `yaml:"datasources"`
+	}
+	readYAML(t, filepath.Join(dir, "provisioning", "datasources", "prometheus.yml"), &ds)
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" {
+		t.Fatalf("grafana datasources: %+v", ds)
+	}
+	var prov struct {
+		Providers []struct {
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	readYAML(t, filepath.Join(dir, "provisioning", "dashboards", "stacksaga.yml"), &prov)
+	if len(prov.Providers) != 1 || prov.Providers[0].Options.Path != "/var/lib/grafana/dashboards" {
+		t.Fatalf("grafana dashboard providers: %+v", prov)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "dashboards", "stacksaga.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Title      string `json:"title"`
+			Datasource struct {
+				UID string `json:"uid"`
+			} `json:"datasource"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("stacksaga.json: %v", err)
+	}
+	if d.UID == "" || len(d.Panels) < 8 {
+		t.Fatalf("stacksaga.json: uid %q, %d panels", d.UID, len(d.Panels))
+	}
+	for _, p := range d.Panels {
+		if p.Datasource.UID != ds.Datasources[0].UID || len(p.Targets) == 0 {
+			t.Errorf("panel %q: datasource %q, %d queries", p.Title, p.Datasource.UID, len(p.Targets))
+		}
+	}
+}
+
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }
