@@ -3,6 +3,7 @@ package mdlint
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -216,4 +217,30 @@ func fencedBlocks(md, lang string) []string {
 		}
 	}
 	return out
+}
+
+// TestBenchmarkChartMatchesFigures: every bar pair of docs/benchmarks-c64.svg
+// (the framework's rate and its floor) is a figure docs/benchmarks.md
+// reports as "<rate>/s at 64 (floor <floor>", so the chart cannot drift from
+// the measurements it draws.
+func TestBenchmarkChartMatchesFigures(t *testing.T) {
+	svg, err := os.ReadFile(filepath.Join("..", "..", "docs", "benchmarks-c64.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join("..", "..", "docs", "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(md)), " ")
+	floors := regexp.MustCompile(`>floor (\d+)/s<`).FindAllStringSubmatch(string(svg), -1)
+	rates := regexp.MustCompile(`>(\d+)/s \(`).FindAllStringSubmatch(string(svg), -1)
+	if len(floors) == 0 || len(floors) != len(rates) {
+		t.Fatalf("chart: %d floors, %d rates", len(floors), len(rates))
+	}
+	for i := range floors {
+		if want := rates[i][1] + "/s at 64 (floor " + floors[i][1]; !strings.Contains(text, want) {
+			t.Errorf("chart bar %d: %q is not a figure of docs/benchmarks.md", i+1, want)
+		}
+	}
 }
