@@ -347,10 +347,12 @@ option, with its type, default and meaning. The sample configuration is
 [examples/stacksaga.yaml](../examples/stacksaga.yaml), a development profile for the single-node
 servers; its comments say what to change for a cluster.
 
-**How the file is read.** Each package loads the section it owns from the same file
-(` + "`cassandra.LoadConfigFile`" + `, ` + "`writeprotect.LoadConfigFile`" + `, ` + "`recovery.LoadConfigFile`" + `,
-` + "`topics.LoadGroupConfig`" + `, ` + "`ringcoordinator.LoadConfigFile`" + `; ` + "`sagactl --config`" + ` reads the
-instance and Cassandra sections). Every loader checks the whole document against the one list of
+**How the file is read.** ` + "`config.LoadFile`" + ` reads a service's whole document in one call
+(instance, Cassandra, write protection, recovery, Kafka group types) and reports the problems of
+every section together; each section is loaded by the package that owns it, which can also read it
+alone (` + "`cassandra.LoadConfigFile`" + `, ` + "`writeprotect.LoadConfigFile`" + `, ` + "`recovery.LoadConfigFile`" + `,
+` + "`topics.LoadGroupConfig`" + `); the ring coordinator's service reads its keys with
+` + "`ringcoordinator.LoadConfigFile`" + `, and ` + "`sagactl --config`" + ` the instance and Cassandra sections. Every loader checks the whole document against the one list of
 keys below (` + "`internal/yamlconfig.Keys`" + `): a key under ` + "`stacksaga:`" + ` that no loader reads fails at
 start, naming its full key, its line and the nearest known key, so a misspelt key (a
 ` + "`tls: {ca_file: …}`" + `) can never be ignored silently. Keys outside ` + "`stacksaga:`" + ` are the

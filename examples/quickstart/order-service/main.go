@@ -16,43 +16,39 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/config"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/examples/quickstart/checkout"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
-	"github.com/stacksaga-go/stacksaga/recovery"
 )
 
 func main() {
-	config := flag.String("config", "stacksaga.yaml", "the StackSaga YAML file")
+	path := flag.String("config", "stacksaga.yaml", "the StackSaga YAML file")
 	orders := flag.Int("orders", 3, "orders to place; every third is over the limit and compensates")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *config, *orders); err != nil {
+	if err := run(ctx, *path, *orders); err != nil {
 		slog.Error("order-service", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, config string, orders int) error {
-	cfg, err := cassandra.LoadConfigFile(config) // stacksaga.cassandra.*, STACKSAGA_CASSANDRA_* override it
+func run(ctx context.Context, path string, orders int) error {
+	cfg, err := config.LoadFile(path) // the whole stacksaga document; STACKSAGA_* variables override it
 	if err != nil {
 		return err
 	}
-	store, err := cassandra.New(ctx, cfg)
+	store, err := cassandra.New(ctx, cfg.Cassandra)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	rc, err := recovery.LoadConfigFile(config) // windows, retry policies, transaction lifetime
-	if err != nil {
-		return err
-	}
 	o, err := orchestrator.New(checkout.OrderService, checkout.Saga(),
 		orchestrator.WithBrokers(checkout.Brokers()...),
 		orchestrator.WithStore(store),
-		orchestrator.WithRecovery(rc),
-		orchestrator.WithRetryNode()) // re-drives parked and stalled sagas: at least one per service
+		orchestrator.WithRecovery(cfg.Recovery), // windows, retry policies, transaction lifetime
+		orchestrator.WithRetryNode())            // re-drives parked and stalled sagas: at least one per service
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/stacksaga-go/stacksaga/config"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/examples/quickstart/checkout"
 	"github.com/stacksaga-go/stacksaga/worker"
@@ -22,31 +23,27 @@ import (
 )
 
 func main() {
-	config := flag.String("config", "stacksaga.yaml", "the StackSaga YAML file")
+	path := flag.String("config", "stacksaga.yaml", "the StackSaga YAML file")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *config); err != nil {
+	if err := run(ctx, *path); err != nil {
 		slog.Error("payment-service", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, config string) error {
-	cfg, err := cassandra.LoadConfigFile(config) // stacksaga.cassandra.*, STACKSAGA_CASSANDRA_* override it
+func run(ctx context.Context, path string) error {
+	cfg, err := config.LoadFile(path) // the whole stacksaga document; STACKSAGA_* variables override it
 	if err != nil {
 		return err
 	}
-	store, err := cassandra.New(ctx, cfg)
+	store, err := cassandra.New(ctx, cfg.Cassandra)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	wp, err := writeprotect.LoadConfigFile(config) // checkout: { mode: STRICT }
-	if err != nil {
-		return err
-	}
-	guard, err := writeprotect.New(store, wp)
+	guard, err := writeprotect.New(store, cfg.WriteProtection) // checkout: { mode: STRICT }
 	if err != nil {
 		return err
 	}
