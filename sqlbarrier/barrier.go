@@ -20,7 +20,12 @@
 //     process's row as "voided" and replies ok without running the revert
 //     handler (null compensation); the process arriving later finds the
 //     voided row and runs nothing (hanging protection). A revert of a
-//     process that failed, and so committed nothing, runs nothing either;
+//     process that failed, and so committed nothing, runs nothing either.
+//     A revert that finds no process row but says the orchestrator holds
+//     the process's ok reply (topics.Envelope.ActionDone, which this
+//     project's orchestrator sets on every revert: it compensates completed
+//     steps only) compensates: the row was deleted by a retention shorter
+//     than the saga, or the process ran before the step used the barrier;
 //   - a retryable error rolls everything back and records nothing, so the
 //     re-driven step runs again; a non-retryable one rolls the business
 //     writes back and records the failure reply.
@@ -285,7 +290,15 @@ func (b *Barrier) execute(ctx context.Context, cmd *topics.Envelope, run func(co
 			return nil, false, fmt.Errorf("sqlbarrier: void process: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
-			runHandler = false
+			// No process row. A revert saying that the orchestrator holds
+			// the process's ok reply (ActionDone) compensates anyway: the
+			// process ran, its row is gone (a retention shorter than the
+			// saga) or it ran before the step used the barrier. The voided
+			// row still makes a late process a no-op.
+			runHandler = cmd.ActionDone
+			if runHandler {
+				b.log.WarnContext(ctx, "sqlbarrier: revert of a process without a barrier row, whose ok reply the orchestrator holds: compensating (is the retention shorter than the saga?)", logArgs(cmd)...)
+			}
 		} else {
 			r, found, err := b.read(ctx, tx, cmd.TxID, cmd.Span, topics.KindProcess)
 			if err != nil || !found {

@@ -207,6 +207,29 @@ func TestNullCompensationAndHanging(t *testing.T) {
 	}
 }
 
+// A revert without a process row, saying that the orchestrator holds the
+// process's ok reply (ActionDone, as the orchestrator's reverts do), runs
+// the compensation (the row was cleaned up, or the process ran before the
+// barrier), once; a late process is still a no-op.
+func TestRevertWithActionDoneAndNoRowCompensates(t *testing.T) {
+	db, _ := openDB(t)
+	b := newBarrier(t, db)
+	h := &handler{outcome: topics.OutcomeOK}
+	rev := command("tx-ad", 0, topics.KindRevert, 1)
+	rev.ActionDone = true
+	for range 2 {
+		if rep := execute(t, b, rev, h); rep.Outcome != topics.OutcomeOK {
+			t.Fatalf("revert: %+v", rep)
+		}
+	}
+	if rep := execute(t, b, command("tx-ad", 0, topics.KindProcess, 1), h); rep.Outcome != topics.OutcomeNonRetryable {
+		t.Fatalf("late process: %+v", rep)
+	}
+	if p, r := ledgerCount(t, db, "tx-ad", 0, topics.KindProcess), ledgerCount(t, db, "tx-ad", 0, topics.KindRevert); p != 0 || r != 1 || h.runs.Load() != 1 {
+		t.Fatalf("ledger: %d process, %d revert rows, %d runs; want 0, 1, 1", p, r, h.runs.Load())
+	}
+}
+
 // A revert of a process that ran runs once; a revert of a process that
 // failed (its writes rolled back) touches nothing.
 func TestRevertRunsOnlyAfterACommittedProcess(t *testing.T) {
