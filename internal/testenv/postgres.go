@@ -59,6 +59,7 @@ func PostgresDSN(t testing.TB) string {
 		if Required() {
 			t.Fatalf("testenv: PostgreSQL is required (%s=1) but %s is not set: start it with `scripts/services up postgres` "+
 				"and export it with `eval \"$(scripts/services env)\"`, or run `make test`", EnvRequireServices, EnvPostgresDSN)
+			return ""
 		}
 		t.Skipf("testenv: skipping: %s is not set (scripts/services up postgres; eval \"$(scripts/services env)\")", EnvPostgresDSN)
 		return ""
