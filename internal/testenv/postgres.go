@@ -56,12 +56,9 @@ func PostgresDSN(t testing.TB) string {
 	pgOnce.Do(resolvePostgres)
 	switch {
 	case pgErr == errNotConfigured:
-		if Required() {
-			t.Fatalf("testenv: PostgreSQL is required (%s=1) but %s is not set: start it with `scripts/services up postgres` "+
-				"and export it with `eval \"$(scripts/services env)\"`, or run `make test`", EnvRequireServices, EnvPostgresDSN)
-			return ""
-		}
-		t.Skipf("testenv: skipping: %s is not set (scripts/services up postgres; eval \"$(scripts/services env)\")", EnvPostgresDSN)
+		// Unavailable skips, or fails when services are required.
+		Unavailable(t, fmt.Sprintf("PostgreSQL: %s is not set: start it with `scripts/services up postgres` "+
+			"and export it with `eval \"$(scripts/services env)\"`, or run `make test`", EnvPostgresDSN))
 		return ""
 	case pgErr != nil:
 		t.Fatal(pgErr)
