@@ -17,6 +17,7 @@ help: ## list the targets
 
 # test: first runs scripts/setup, which installs from Debian's packages whatever
 # the suite needs and the machine lacks (JDK 17 + Maven for the local servers,
+# PostgreSQL's server for the local PostgreSQL,
 # Chromium for the Trace Window's browser test), or stops at once naming the
 # command that installs it. Then it uses KAFKA_BROKERS and CASSANDRA_HOSTS when
 # both are set (e.g. docker compose); otherwise starts the local servers with
@@ -30,7 +31,10 @@ test: ## install what is missing, start services if needed, then go test -race o
 	@set -e; \
 	if [ -n "$$KAFKA_BROKERS" ] && [ -n "$$CASSANDRA_HOSTS" ]; then \
 		scripts/setup --no-services; \
-		echo "make test: using KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS"; \
+		echo "make test: using KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS POSTGRES_DSN=$${POSTGRES_DSN:-}"; \
+		if [ -z "$$POSTGRES_DSN" ]; then \
+			echo "make test: note: POSTGRES_DSN is not set: the sqlbarrier tests will fail (docker compose: export the DSN its header gives)"; \
+		fi; \
 		if [ -z "$$CASSANDRA_TLS_HOSTS" ] || [ -z "$$KAFKA_SASL_SSL_BROKERS" ]; then \
 			echo "make test: note: no TLS endpoints (CASSANDRA_TLS_HOSTS, KAFKA_SASL_SSL_BROKERS): the OverTLS tests will fail;" \
 				"for servers without TLS listeners (docker compose) add TEST_FLAGS='-skip OverTLS'"; \
@@ -40,8 +44,8 @@ test: ## install what is missing, start services if needed, then go test -race o
 		$(SERVICES) up >/dev/null; \
 		eval "$$($(SERVICES) env)"; \
 	fi; \
-	export KAFKA_BROKERS CASSANDRA_HOSTS STACKSAGA_REQUIRE_SERVICES=1; \
-	echo "make test: go test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)  (KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS" \
+	export KAFKA_BROKERS CASSANDRA_HOSTS POSTGRES_DSN STACKSAGA_REQUIRE_SERVICES=1; \
+	echo "make test: go test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)  (KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS POSTGRES_DSN=$${POSTGRES_DSN:-}" \
 		"KAFKA_SASL_SSL_BROKERS=$${KAFKA_SASL_SSL_BROKERS:-} CASSANDRA_TLS_HOSTS=$${CASSANDRA_TLS_HOSTS:-})"; \
 	start=$$(date +%s); mkdir -p .cache; log=.cache/test.log; \
 	{ trc=0; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS) || trc=$$?; echo $$trc >.cache/test.rc; } 2>&1 | tee $$log; \
@@ -77,7 +81,7 @@ lint: ## gofmt, go vet, staticcheck
 demo: ## run the end-to-end demo (embedded broker and store unless endpoints are set)
 	$(GO) run ./cmd/sagademo
 
-services-up: ## start Kafka (127.0.0.1:9092) and Cassandra (127.0.0.1:9042); idempotent
+services-up: ## start Kafka (127.0.0.1:9092), Cassandra (127.0.0.1:9042) and PostgreSQL (127.0.0.1:55432); idempotent
 	$(SERVICES) up
 
 services-down: ## stop the servers this repo started (data kept; WIPE=1 deletes it)

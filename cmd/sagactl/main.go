@@ -12,6 +12,7 @@
 //	sagactl resume TXID CORRELATION_KEY [key=value ...]
 //	sagactl trace-window --addr 127.0.0.1:8088 --service S
 //	sagactl ring [--master host:port] [--json]
+//	sagactl sql-barrier print|apply [--table t] [--dsn-file f]
 //
 // print writes the schema script (the keyspace and the 11 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
@@ -38,6 +39,11 @@
 // Exit codes: 0 done (or already resumed), 1 runtime error, 2 usage error,
 // 3 saga not found, 4 saga not restorable (restore), not paused or wrong
 // correlation key (resume). `sagactl list -h` prints the whole usage.
+//
+// sql-barrier print writes the DDL of package sqlbarrier's barrier table;
+// sql-barrier apply creates or migrates it in a PostgreSQL database
+// (sqlbarrier.CreateSchema), the URL coming from --dsn-file or
+// STACKSAGA_SQLBARRIER_DSN.
 package main
 
 import (
@@ -68,6 +74,7 @@ const usage = `usage:
   sagactl resume TXID CORRELATION_KEY [key=value ...] [flags]
   sagactl trace-window --addr 127.0.0.1:8088 --service S [flags]
   sagactl ring [--master 127.0.0.1:7070] [--json]
+  sagactl sql-barrier print|apply [--table stacksaga_barrier] [--dsn-file f] [--timeout 1m]
 (sagactl list -h: the flags and exit codes of list, show, restore and resume)
 `
 
@@ -85,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runTraceWindow(ctx, args[1:], stdout, stderr)
 		case "ring":
 			return runRing(ctx, args[1:], stdout, stderr)
+		case "sql-barrier":
+			return runSQLBarrier(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply" && args[1] != "diff") {

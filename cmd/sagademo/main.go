@@ -31,6 +31,13 @@
 // after a random delay of at most a second with orchestrator.Resume, as a
 // payment gateway's webhook would; the summary adds paused= and resumed=.
 //
+// SQL barrier: --sql books the payment step in a PostgreSQL ledger through
+// the SQL barrier (package sqlbarrier), on the server at $POSTGRES_DSN, in a
+// fresh schema dropped at the end; the summary adds sql_effects= (ledger
+// rows: debits and refunds) and sql_double_effects= (rows beyond the first
+// for one saga and kind, read from the ledger itself: 0 when every effect
+// was booked exactly once, --duplicates included).
+//
 // Security: with --kafka, the --kafka-tls* and --kafka-sasl-* flags
 // (internal/kafkaflags) give every Kafka client of the demo TLS and SASL
 // (the password from the environment, KAFKA_SASL_PASSWORD by default). With
@@ -42,6 +49,9 @@ package main
 
 import (
 	"context"
+	crand "crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,6 +60,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -61,6 +72,7 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver (--sql)
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -74,6 +86,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/ringcoordinator"
+	"github.com/stacksaga-go/stacksaga/sqlbarrier"
 	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
@@ -109,6 +122,9 @@ type options struct {
 	afterRun   func(res result, metricsURL string)
 	pauseRate  float64
 	retryNodes int
+	// sql: the payment step books a PostgreSQL ledger through the SQL
+	// barrier ($POSTGRES_DSN).
+	sql bool
 
 	// kafkaSecurity describes the Kafka clients' TLS and SASL
 	// (kafkaflags), kafkaOpts are their options, given to every Kafka
@@ -150,6 +166,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.telemetry, "telemetry", false, "trace and measure with OpenTelemetry (in-process span exporter, Prometheus metrics); the summary adds spans=, duplicates_skipped= and stale_replies=")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the Prometheus metrics at http://ADDR/metrics while the demo runs (implies --telemetry)")
 	fs.Float64Var(&o.traceRatio, "trace-ratio", 1, "with --telemetry, the fraction of sagas traced (head sampling at Start; the workers follow the saga's decision); 0 turns tracing off, leaving the metrics")
+	fs.BoolVar(&o.sql, "sql", false, "book the payment step in a PostgreSQL ledger through the SQL barrier, on the server at $POSTGRES_DSN; the summary adds sql_effects= and sql_double_effects=")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
@@ -308,6 +325,10 @@ type result struct {
 	// continued one.
 	hasPauses       bool
 	paused, resumed int64
+	// SQL figures, set with --sql: the payment ledger's rows and the rows
+	// beyond the first for one saga and kind.
+	hasSQL                bool
+	sqlEffects, sqlDouble int64
 }
 
 func (r result) summary() string {
@@ -334,6 +355,9 @@ func (r result) summary() string {
 	}
 	if r.hasPauses {
 		fmt.Fprintf(&b, " paused=%d resumed=%d", r.paused, r.resumed)
+	}
+	if r.hasSQL {
+		fmt.Fprintf(&b, " sql_effects=%d sql_double_effects=%d", r.sqlEffects, r.sqlDouble)
 	}
 	return b.String()
 }
@@ -446,6 +470,15 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	var guards []*writeprotect.Guard
 	execs := &executions{seen: make(map[execKey]int32)}
 	names := placeorder.DefaultNames().WithSuffix(opts.suffix)
+	var ledger *sql.DB
+	if opts.sql {
+		db, drop, err := openLedger(ctx)
+		if err != nil {
+			return result{}, err
+		}
+		defer drop()
+		ledger = db
+	}
 	type reg func(*worker.Worker, placeorder.Observer) error
 	for svc, register := range map[string]reg{
 		names.Inventory: placeorder.RegisterInventory,
@@ -470,6 +503,20 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 			}
 			wopts = append(wopts, worker.WithGuard(g))
 			guards = append(guards, g)
+		}
+		if svc == names.Payment && ledger != nil {
+			// The payment step through the SQL barrier, which hands any
+			// other command to the write protection above.
+			bopts := []sqlbarrier.Option{sqlbarrier.WithLogger(logger)}
+			if len(guards) > 0 && opts.mode != "none" {
+				bopts = append(bopts, sqlbarrier.WithInner(guards[len(guards)-1]))
+			}
+			b, err := sqlbarrier.New(ledger, bopts...)
+			if err != nil {
+				return result{}, err
+			}
+			wopts = append(wopts, worker.WithGuard(b))
+			register = func(w *worker.Worker, o placeorder.Observer) error { return placeorder.RegisterPaymentSQL(w, b, o) }
 		}
 		w, err := worker.New(svc, wopts...)
 		if err != nil {
@@ -742,6 +789,12 @@ loop:
 	out.stuck = opts.sagas - (out.completed + out.compensated + out.compensationFailed)
 	out.p50, out.p99 = lat.quantiles()
 	out.duplicateExecutions = execs.duplicates()
+	if ledger != nil {
+		out.hasSQL = true
+		if out.sqlEffects, out.sqlDouble, err = placeorder.LedgerEffects(ctx, ledger); err != nil {
+			return result{}, err
+		}
+	}
 	if opts.pauseRate > 0 {
 		out.hasPauses = true
 		out.paused, out.resumed = res.paused.Load(), res.resumed.Load()
@@ -1153,4 +1206,49 @@ func (g *gaps) quantiles() (p50, p99 time.Duration, n int) {
 	g.mu.Unlock()
 	p50, p99 = l.quantiles()
 	return p50, p99, len(l.vals)
+}
+
+// openLedger opens the PostgreSQL at $POSTGRES_DSN on a fresh schema that
+// holds the barrier table and the payment ledger; drop deletes the schema.
+func openLedger(ctx context.Context) (db *sql.DB, drop func(), err error) {
+	dsn := strings.TrimSpace(os.Getenv("POSTGRES_DSN"))
+	if dsn == "" {
+		return nil, nil, errors.New("--sql: POSTGRES_DSN is not set (scripts/services up postgres; eval \"$(scripts/services env)\")")
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--sql: POSTGRES_DSN: %w", err)
+	}
+	var rb [6]byte
+	_, _ = crand.Read(rb[:])
+	schema := "sagademo_" + hex.EncodeToString(rb[:])
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--sql: %w", err)
+	}
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		_ = admin.Close()
+		return nil, nil, fmt.Errorf("--sql: create schema: %w", err)
+	}
+	drop = func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = admin.ExecContext(dctx, "DROP SCHEMA "+schema+" CASCADE")
+		_ = admin.Close()
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	if db, err = sql.Open("pgx", u.String()); err != nil {
+		drop()
+		return nil, nil, fmt.Errorf("--sql: %w", err)
+	}
+	db.SetMaxOpenConns(32)
+	if err := placeorder.CreateLedger(ctx, db); err != nil {
+		_ = db.Close()
+		drop()
+		return nil, nil, fmt.Errorf("--sql: %w", err)
+	}
+	inner := drop
+	return db, func() { _ = db.Close(); inner() }, nil
 }

@@ -199,35 +199,45 @@ func RegisterPayment(w *worker.Worker, o Observer) error {
 	return worker.Register(w, worker.Endpoint[Order]{
 		Name: ChargePayment,
 		Process: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
-			if err := transient(in, s); err != nil {
-				return in, err
-			}
-			observe(o, s)
-			if in.AsyncPayment {
-				if s.Attempt > firstAttempt(in, s) {
-					// Invoked again by the pause's deadline, against the
-					// order as it was before the attempt that paused: the
-					// gateway never called back.
-					return in, worker.NonRetryable(fmt.Errorf("%w: no verdict within %v", ErrPaymentNotAuthorised, PaymentAuthorisationTimeout))
-				}
-				// Ask the gateway for an authorisation (here: nothing to
-				// do) and wait for its callback, which names the payment
-				// by PaymentRef: the saga's correlation key.
-				in.PaymentRef = s.IdempotencyKey
-				in.PaymentID = "pay-" + s.IdempotencyKey
-				s.Pause(PaymentAuthorisation, PaymentAuthorisationTimeout)
-				return in, nil
-			}
-			in.PaymentID = "pay-" + s.IdempotencyKey
-			return in, nil
+			return charge(o, s, in)
 		},
 		Revert: func(_ context.Context, s *worker.Step, in Order) (Order, error) {
-			observe(o, s)
-			in.Refunded = true
-			s.PutHint("refund-id", "ref-"+in.PaymentID)
-			return in, nil
+			return refund(o, s, in), nil
 		},
 	})
+}
+
+// charge is the payment step's forward action.
+func charge(o Observer, s *worker.Step, in Order) (Order, error) {
+	if err := transient(in, s); err != nil {
+		return in, err
+	}
+	observe(o, s)
+	if in.AsyncPayment {
+		if s.Attempt > firstAttempt(in, s) {
+			// Invoked again by the pause's deadline, against the
+			// order as it was before the attempt that paused: the
+			// gateway never called back.
+			return in, worker.NonRetryable(fmt.Errorf("%w: no verdict within %v", ErrPaymentNotAuthorised, PaymentAuthorisationTimeout))
+		}
+		// Ask the gateway for an authorisation (here: nothing to
+		// do) and wait for its callback, which names the payment
+		// by PaymentRef: the saga's correlation key.
+		in.PaymentRef = s.IdempotencyKey
+		in.PaymentID = "pay-" + s.IdempotencyKey
+		s.Pause(PaymentAuthorisation, PaymentAuthorisationTimeout)
+		return in, nil
+	}
+	in.PaymentID = "pay-" + s.IdempotencyKey
+	return in, nil
+}
+
+// refund is the payment step's compensation.
+func refund(o Observer, s *worker.Step, in Order) Order {
+	observe(o, s)
+	in.Refunded = true
+	s.PutHint("refund-id", "ref-"+in.PaymentID)
+	return in
 }
 
 // RegisterShipping registers the ship-order endpoint on w.

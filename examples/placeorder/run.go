@@ -47,8 +47,9 @@ func InstanceIDFlag(fs *flag.FlagSet, getenv func(string) string) *string {
 // the --kafka, --metrics-addr and --instance-id flags, sets up telemetry (SetupTelemetry:
 // traces when OTEL_EXPORTER_OTLP_ENDPOINT is set, /metrics at
 // --metrics-addr), runs the worker with register's endpoints until SIGINT
-// or SIGTERM, and exits non-zero on failure.
-func WorkerMain(service string, register func(*worker.Worker, Observer) error) {
+// or SIGTERM, and exits non-zero on failure. extra are more worker options
+// (a guard, say).
+func WorkerMain(service string, register func(*worker.Worker, Observer) error, extra ...worker.Option) {
 	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
 	metricsAddr := flag.String("metrics-addr", os.Getenv(EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+EnvMetricsAddr+"; empty: no metrics)")
 	instanceID := InstanceIDFlag(flag.CommandLine, os.Getenv)
@@ -58,7 +59,7 @@ func WorkerMain(service string, register func(*worker.Worker, Observer) error) {
 		slog.Error("telemetry", "service", service, "err", err)
 		os.Exit(1)
 	}
-	var opts []worker.Option
+	opts := append([]worker.Option(nil), extra...)
 	if *instanceID != "" {
 		opts = append(opts, worker.WithInstanceID(*instanceID))
 	}

@@ -25,8 +25,8 @@ type composeFile struct {
 	} `yaml:"services"`
 }
 
-// TestDockerCompose checks that docker-compose.yml offers Kafka (KRaft) and
-// Cassandra 5.0 on the ports the tests and scripts/services use, with health
+// TestDockerCompose checks that docker-compose.yml offers Kafka (KRaft),
+// Cassandra 5.0 and PostgreSQL on the ports the tests and scripts/services use, with health
 // checks that run a real client request.
 func TestDockerCompose(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
@@ -42,6 +42,7 @@ func TestDockerCompose(t *testing.T) {
 	}{
 		{"kafka", "apache/kafka:4.", "127.0.0.1:9092:9092", "kafka-broker-api-versions"},
 		{"cassandra", "cassandra:5.0", "127.0.0.1:9042:9042", "cqlsh"},
+		{"postgres", "postgres:1", "127.0.0.1:55432:5432", "pg_isready"},
 	}
 	for _, c := range cases {
 		s, ok := f.Services[c.service]
@@ -72,6 +73,10 @@ func TestDockerCompose(t *testing.T) {
 	}
 	if got := f.Services["cassandra"].Environment["CASSANDRA_BROADCAST_RPC_ADDRESS"]; got != "127.0.0.1" {
 		t.Errorf("cassandra: CASSANDRA_BROADCAST_RPC_ADDRESS = %q, want 127.0.0.1 so clients reach the published port", got)
+	}
+	pg := f.Services["postgres"].Environment
+	if pg["POSTGRES_PASSWORD"] == "" || pg["POSTGRES_HOST_AUTH_METHOD"] == "trust" {
+		t.Errorf("postgres: environment %v, want password authentication", pg)
 	}
 }
 

@@ -3,6 +3,7 @@ package testenv
 import (
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -105,5 +106,31 @@ func TestClosedAddr(t *testing.T) {
 	}
 	if err := checkReachable([]string{addr}, time.Second); err == nil {
 		t.Fatalf("ClosedAddr %s accepts connections", addr)
+	}
+}
+
+// Without POSTGRES_DSN the PostgreSQL tests skip, and fail with
+// STACKSAGA_REQUIRE_SERVICES=1; an unreachable one fails them.
+func TestPostgresMissingSkipsOrFails(t *testing.T) {
+	reset := func() { pgOnce, pgDSN, pgErr = sync.Once{}, "", nil }
+	t.Cleanup(reset)
+	t.Setenv(EnvPostgresDSN, "")
+	t.Setenv(EnvRequireServices, "")
+	reset()
+	r := &recordingTB{TB: t}
+	if PostgresDSN(r) != "" || r.skipped == "" || r.fatal != "" {
+		t.Fatalf("without %s: skipped=%q fatal=%q, want a skip", EnvPostgresDSN, r.skipped, r.fatal)
+	}
+	t.Setenv(EnvRequireServices, "1")
+	reset()
+	r = &recordingTB{TB: t}
+	if PostgresDSN(r) != "" || r.fatal == "" || r.skipped != "" {
+		t.Fatalf("with %s=1: skipped=%q fatal=%q, want a failure", EnvRequireServices, r.skipped, r.fatal)
+	}
+	t.Setenv(EnvPostgresDSN, "postgres://u:p@"+ClosedAddr(t)+"/x")
+	reset()
+	resolvePostgres()
+	if pgErr == nil || !strings.Contains(pgErr.Error(), "scripts/services up postgres") {
+		t.Fatalf("unreachable: %v, want an error saying how to start it", pgErr)
 	}
 }
