@@ -48,7 +48,9 @@ func TestCancelEndToEnd(t *testing.T) {
 	domain, svcStock, svcPay, service := "order-"+u, "stock-"+u, "pay-"+u, "orders-"+u
 	r.scope = eventstore.Scope{Region: orchestrator.DefaultRegion, Cluster: "default", Service: service}
 	r.flags = []string{"--hosts", r.hosts, "--keyspace", r.ks, "--service", service}
-	kafka := func(args ...string) []string { return append(args, "--brokers", strings.Join(brokers, ","), "--actor", "alice") }
+	kafka := func(args ...string) []string {
+		return append(args, "--brokers", strings.Join(brokers, ","), "--actor", "alice")
+	}
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
