@@ -13,6 +13,7 @@ import (
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
+	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 )
@@ -442,5 +443,48 @@ func TestTerminate(t *testing.T) {
 		}
 		assertReverts(t, r, id2)
 		assertHistoryRow(t, o, id2, orchestrator.OutcomeTerminated, "oncall", "abandoned")
+	})
+}
+
+// A saga cancelled while its step is in flight, whose reply never comes,
+// compensates once that step's timeout passes: the step did not complete,
+// so only the steps before it are undone.
+func TestCancelStepInFlightTimesOut(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.startWorker(r.svcStock) // no payment worker: charge never replies
+		cfg := recovery.DefaultConfig()
+		timeout := 2 * time.Second
+		cfg.Retry.DefaultEndpoints = map[string]recovery.RetryOverride{r.svcPay + "/charge": {StepTimeout: &timeout}}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		o, _ := r.startOrchestrator(orchestrator.WithRecovery(cfg))
+		id, err := o.Start(context.Background(), order{ID: "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAt(t, o, id, eventstore.StateInProgress, 1)
+		if err := o.Cancel(orchestrator.WithActor(context.Background(), "dave"), id, "taking too long"); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, o, id, eventstore.StateCompensated)
+		assertReverts(t, r, id, "reserve")
+		if st := o.Stats(); st.TimedOut < 1 || st.Cancelled != 1 {
+			t.Errorf("TimedOut = %d, Cancelled = %d; want at least 1 and 1", st.TimedOut, st.Cancelled)
+		}
+		h, err := o.History(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outcomes []string
+		for _, tr := range h {
+			if tr.Span == 1 && tr.Kind == string(topics.KindProcess) {
+				outcomes = append(outcomes, tr.Outcome)
+			}
+		}
+		if len(outcomes) == 0 || outcomes[len(outcomes)-1] != "retryable" || !slices.Contains(outcomes, orchestrator.OutcomeCancelled) {
+			t.Errorf("charge's history rows %v, want the cancel and the timeout last", outcomes)
+		}
 	})
 }
