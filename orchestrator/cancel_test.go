@@ -488,3 +488,42 @@ func TestCancelStepInFlightTimesOut(t *testing.T) {
 		}
 	})
 }
+
+// With a share group, where any instance may take any record of a saga,
+// two cancels of each saga on two instances still give one outcome: the
+// request is applied under the reply claim of the step in flight, and the
+// step's reply, applied after it, compensates.
+func TestCancelShareGroupOneOutcome(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRig(t, kind)
+		r.startWorker(r.svcStock)
+		share := []orchestrator.Option{orchestrator.WithGroupType(topics.GroupShare)}
+		o1, _ := r.startOrchestrator(share...)
+		o2, _ := r.startOrchestrator(share...)
+		ids := startConcurrently(t, o1, 3)
+		for _, id := range ids {
+			waitAt(t, o1, id, eventstore.StateInProgress, 1)
+		}
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			for _, o := range []*orchestrator.Orchestrator[order]{o1, o2} {
+				wg.Go(func() {
+					if err := o.Cancel(context.Background(), id, "duplicate order"); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		waitFor(t, time.Minute, "every cancel applied or ignored", func() bool {
+			s1, s2 := o1.Stats(), o2.Stats()
+			return s1.Cancelled+s2.Cancelled+s1.ControlsIgnored+s2.ControlsIgnored == int64(2*len(ids))
+		})
+		r.startWorker(r.svcPay)
+		expectAll(t, waitTerminal(t, o1, ids, time.Minute), eventstore.StateCompensated)
+		for _, id := range ids {
+			assertReverts(t, r, id, "charge", "reserve")
+			assertHistoryRow(t, o1, id, orchestrator.OutcomeCancelled, orchestrator.DefaultActor, "duplicate order")
+		}
+	})
+}
