@@ -530,3 +530,9 @@ func (o *Orchestrator[T]) handleControlShared(ctx context.Context, r *kgo.Record
 	}
 	return o.applyControl(ctx, &cur, req)
 }
+
+// isControlClaim reports whether a pause's or park's claim owner is a
+// cancel or a terminate.
+func isControlClaim(owner string) bool {
+	return owner == ControlCancel || owner == ControlTerminate
+}
