@@ -90,11 +90,24 @@ const (
 	// admin can restore it (sagactl restore), which extends its lifetime
 	// and re-drives it.
 	StateDisabled State = "DISABLED"
+	// StateCancelling marks a saga cancelled (orchestrator Cancel) while
+	// one of its forward steps was in flight: it goes no further, and once
+	// that step's reply arrives (or its step timeout passes) it
+	// compensates the steps it completed, that one included if it
+	// succeeded. A cancelled saga ends COMPENSATED (or
+	// COMPENSATION_FAILED); its history holds a "cancelled" row naming who
+	// cancelled it and why.
+	StateCancelling State = "CANCELLING"
+	// StateTerminated ends a saga stopped by an operator (orchestrator
+	// Terminate): nothing more runs and nothing is compensated; its
+	// history holds a "terminated" row naming who terminated it and why.
+	// It is terminal.
+	StateTerminated State = "TERMINATED"
 )
 
 // Terminal reports whether no transition leaves s.
 func (s State) Terminal() bool {
-	return s == StateCompleted || s == StateCompensated || s == StateCompensationFailed
+	return s == StateCompleted || s == StateCompensated || s == StateCompensationFailed || s == StateTerminated
 }
 
 // LifetimeFrom returns when tx's transaction lifetime started counting:
@@ -184,7 +197,9 @@ type Tryout struct {
 	// on Endpoint, which History removes).
 	Query   bool
 	Attempt int
-	// Outcome is "ok", "retryable", "non_retryable", "paused" or "sent".
+	// Outcome is "ok", "retryable", "non_retryable", "paused", "sent",
+	// "resumed", or "cancelled" and "terminated" (an operator's Cancel or
+	// Terminate; Error then says who asked and why).
 	Outcome string
 	Error   string
 	// Before is the domain entity before the step (the snapshot a paused or

@@ -152,6 +152,8 @@ type counters struct {
 	completed, compensated, compensationFailed               atomic.Int64
 	retried, restored, disabled, exhausted, abandoned        atomic.Int64
 	fastRetried, timedOut                                    atomic.Int64
+	// cancel.go
+	cancelled, terminated, controlsIgnored, afterTerminate atomic.Int64
 	// what became of the sagas whose Start failed after a create that
 	// may have landed (failStart), one counter per outcome so that each
 	// is monotonic
@@ -184,6 +186,13 @@ type Stats struct {
 	// TimedOut counts the step attempts this orchestrator failed for
 	// exceeding their step timeout (recovery.RetryPolicy.StepTimeout).
 	TimedOut int64
+	// Cancelled and Terminated count the Cancel and Terminate requests
+	// this instance applied (as the owner of the saga's replies);
+	// ControlsIgnored those it found with nothing to do (the saga had
+	// ended, or was compensating already); RepliesAfterTerminate the
+	// replies it ignored because their saga was TERMINATED (also counted
+	// in StaleReplies).
+	Cancelled, Terminated, ControlsIgnored, RepliesAfterTerminate int64
 	// FailedStarts counts the Start calls whose create failed but may have
 	// landed (a timeout, a batch applied in part), after which Start tried
 	// (or, too late to, did not try) to mark the saga COMPENSATED to keep
@@ -386,7 +395,9 @@ func (o *Orchestrator[T]) Stats() Stats {
 		Retried:            c.retried.Load(), Restored: c.restored.Load(), Disabled: c.disabled.Load(),
 		Exhausted: c.exhausted.Load(), Abandoned: c.abandoned.Load(),
 		FastRetried: c.fastRetried.Load(), RetryTimers: int64(o.retries.armed()),
-		TimedOut: c.timedOut.Load(),
+		TimedOut:  c.timedOut.Load(),
+		Cancelled: c.cancelled.Load(), Terminated: c.terminated.Load(),
+		ControlsIgnored: c.controlsIgnored.Load(), RepliesAfterTerminate: c.afterTerminate.Load(),
 	}
 	marked, restorable, unwatched := c.startsMarked.Load(), c.startsRestorable.Load(), c.startsUnwatched.Load()
 	st.FailedStarts, st.FailedStartsUnmarked, st.FailedStartsUnwatched = marked+restorable+unwatched, restorable+unwatched, unwatched
@@ -1032,6 +1043,10 @@ func (o *Orchestrator[T]) prepareRedriveAt(ctx context.Context, txID string, ver
 	}
 	if version != 0 && tx.Version != version {
 		return tx, fmt.Errorf("%w: %s was parked again since (version %d, not %d)", ErrNotRetryPending, txID, tx.Version, version)
+	}
+	// A cancel or terminate may have claimed the park (cancel.go).
+	if err := o.claimPark(ctx, &tx, claimRedrive, redriveClaimLease); err != nil {
+		return tx, err
 	}
 	from := tx.State
 	tx.Attempt++

@@ -376,6 +376,10 @@ func (o *Orchestrator[T]) continueFrom(ctx context.Context, tx *eventstore.Trans
 func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Transaction, restore bool) error {
 	m, err := o.store.GetMarker(ctx, eventstore.ResumeClaimKey(o.scope, tx.TxID, tx.Span, tx.Kind, tx.Attempt))
 	switch {
+	case err == nil && isControlClaim(m.Owner):
+		// A cancel or terminate claimed the pause: the owner of the saga's
+		// replies applies it (its control record is retried until it has).
+		return recovery.Later(0, "pause claimed by a "+m.Owner)
 	case err == nil && m.Owner == eventstore.ClaimResume:
 		rc, err := eventstore.DecodeResumeContext(m.Reply)
 		if err != nil {

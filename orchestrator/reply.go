@@ -20,6 +20,9 @@ import (
 // the two redelivers the same reply, which then finds the saga unchanged and
 // publishes the same command again (the worker's guard drops the duplicate).
 func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error {
+	if controlAction(r) != "" {
+		return o.handleControl(ctx, r) // a cancel or terminate (cancel.go)
+	}
 	env, err := o.decodeReply(ctx, r, o.deadLetter)
 	if env == nil {
 		return err
@@ -41,7 +44,7 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 			return fmt.Errorf("orchestrator: load %s: %w", env.TxID, err)
 		}
 		if !expects(&tx, env) {
-			o.stats.stale.Add(1)
+			o.countStale(&tx)
 			return nil
 		}
 	}
@@ -113,7 +116,7 @@ func expects(tx *eventstore.Transaction, env *topics.Envelope) bool {
 // compensation redelivers the failing reply, which then resumes there.
 func awaitsReply(s eventstore.State) bool {
 	switch s {
-	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateFailed:
+	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateFailed, eventstore.StateCancelling:
 		return true
 	}
 	return false
@@ -160,6 +163,9 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 	if from == eventstore.StateFailed {
 		// The failure was persisted, compensation not yet started.
 		return o.compensate(ctx, tx, compensationCursor(tx, env), last)
+	}
+	if from == eventstore.StateCancelling {
+		return o.cancelledReply(ctx, tx, env, tryout, last) // cancel.go
 	}
 	forward := tx.Kind == string(topics.KindProcess)
 	switch env.Outcome {
@@ -270,7 +276,12 @@ func (o *Orchestrator[T]) next(ctx context.Context, tx *eventstore.Transaction, 
 // cursor are undone by OnNextRevert.
 func (o *Orchestrator[T]) compensate(ctx context.Context, tx *eventstore.Transaction, cursor int, last *StepResult) error {
 	// The failure itself was persisted (with its tryout) as FAILED.
-	var tryout *eventstore.Tryout
+	return o.compensateWith(ctx, tx, cursor, last, nil)
+}
+
+// compensateWith is compensate persisting tryout with its first transition
+// (a cancel's, or the reply of a cancelled saga's step).
+func (o *Orchestrator[T]) compensateWith(ctx context.Context, tx *eventstore.Transaction, cursor int, last *StepResult, tryout *eventstore.Tryout) error {
 	from := tx.State
 	tx.Span = cursor
 	s, err := o.view(tx, last)

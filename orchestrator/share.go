@@ -129,6 +129,9 @@ func (o *Orchestrator[T]) runShare(ctx, pctx context.Context, cons *kgo.Client) 
 
 // handleShared applies one reply of a share group (see "Share groups").
 func (o *Orchestrator[T]) handleShared(ctx context.Context, r *kgo.Record) error {
+	if controlAction(r) != "" {
+		return o.handleControlShared(ctx, r) // a cancel or terminate (cancel.go)
+	}
 	env, err := o.decodeReply(ctx, r, o.rejectRecord)
 	if env == nil {
 		return err
@@ -164,7 +167,7 @@ func (o *Orchestrator[T]) handleShared(ctx context.Context, r *kgo.Record) error
 		}
 		if !expects(&tx, env) {
 			o.cache.drop(env.TxID)
-			o.stats.stale.Add(1)
+			o.countStale(&tx)
 			return nil
 		}
 		if applied || existing.Owner == o.instance {

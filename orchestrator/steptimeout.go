@@ -36,7 +36,7 @@ func (o *Orchestrator[T]) stepTimeout(tx *eventstore.Transaction) time.Duration 
 // process: armed when the saga now waits for a step's reply.
 func (o *Orchestrator[T]) timeStep(tx *eventstore.Transaction) {
 	switch tx.State {
-	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating:
+	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateCancelling:
 		if d := o.stepTimeout(tx); d > 0 {
 			txID, version := tx.TxID, tx.Version
 			o.steps.arm(txID, d, func() { o.stepTimedOut(txID, version, d) })
@@ -66,7 +66,7 @@ func (o *Orchestrator[T]) stepTimedOut(txID string, version int64, d time.Durati
 		return
 	}
 	switch tx.State {
-	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating:
+	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateCancelling:
 	default:
 		return
 	}

@@ -21,6 +21,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/recovery"
@@ -87,6 +89,16 @@ type Admin struct {
 	// recovery's), 400 for eventstore.ErrInvalid or topics.ErrMalformed,
 	// 503 with Retry-After for orchestrator.ErrRetryLater.
 	Resume func(ctx context.Context, txID, correlationKey string, resumeContext json.RawMessage) error
+	// Cancel cancels a saga that has not ended (orchestrator.Orchestrator.
+	// Cancel; ControlAction makes one from a Kafka producer), and
+	// Terminate stops one at once without compensating
+	// (orchestrator.Orchestrator.Terminate). Both take a JSON body
+	// {"reason": "..."} (required) and are called with a context naming
+	// the caller (orchestrator.WithActor, the actor of the audit record),
+	// which the saga's history records with the reason. 409 answers
+	// orchestrator.ErrEnded and ErrNotCancellable.
+	Cancel    func(ctx context.Context, txID, reason string) error
+	Terminate func(ctx context.Context, txID, reason string) error
 }
 
 // Admin action names (the last path segment of the POST).
@@ -95,6 +107,9 @@ const (
 	ActionRedrive = "redrive"
 	ActionResend  = "resend"
 	ActionResume  = "resume"
+	// ActionCancel and ActionTerminate: see Admin.Cancel and Terminate.
+	ActionCancel    = "cancel"
+	ActionTerminate = "terminate"
 )
 
 func (a *Admin) actions() []string {
@@ -114,7 +129,28 @@ func (a *Admin) actions() []string {
 	if a.Resume != nil {
 		out = append(out, ActionResume)
 	}
+	if a.Cancel != nil {
+		out = append(out, ActionCancel)
+	}
+	if a.Terminate != nil {
+		out = append(out, ActionTerminate)
+	}
 	return out
+}
+
+// ControlAction returns an Admin.Cancel (action orchestrator.ControlCancel)
+// or Admin.Terminate (orchestrator.ControlTerminate) that sends the request
+// with prod to the saga's owner (orchestrator.RequestControl), for the
+// saga's domain as its row names it, on behalf of the actor of its context.
+func ControlAction(prod *kgo.Client, s eventstore.Store, scope eventstore.Scope, action string, now func() time.Time) func(ctx context.Context, txID, reason string) error {
+	return func(ctx context.Context, txID, reason string) error {
+		tx, err := s.LoadTransaction(ctx, scope, txID)
+		if err != nil {
+			return err
+		}
+		return orchestrator.RequestControl(ctx, prod, s, orchestrator.ControlRequest{Scope: scope, Domain: tx.Domain, TxID: txID,
+			Action: action, Actor: orchestrator.ActorFrom(ctx), Reason: reason, At: now()})
+	}
 }
 
 // RecoveryRestore returns an Admin.Restore that runs recovery.Restore with
@@ -903,6 +939,10 @@ func (h *Handler) actionsFor(tx *eventstore.Transaction) []string {
 			ok = awaitsReply(tx.State)
 		case ActionResume:
 			ok = tx.State == eventstore.StatePaused
+		case ActionCancel:
+			ok = InFlight(tx.State)
+		case ActionTerminate:
+			ok = !tx.State.Terminal()
 		}
 		if ok {
 			out = append(out, a)
@@ -913,6 +953,11 @@ func (h *Handler) actionsFor(tx *eventstore.Transaction) []string {
 
 // maxActionBody bounds an admin POST's body.
 const maxActionBody = 64 << 10
+
+// reasonBody is the body of the cancel and terminate actions.
+type reasonBody struct {
+	Reason string `json:"reason"`
+}
 
 // resumeBody is the body of the resume action.
 type resumeBody struct {
@@ -954,6 +999,8 @@ func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action s
 		return
 	}
 	rec := eventstore.AuditRecord{TxID: id, At: h.cfg.now(), Actor: h.actor(r), Action: action}
+	// A cancel or terminate records its actor in the saga's history too.
+	r = r.WithContext(orchestrator.WithActor(r.Context(), rec.Actor))
 	out := h.runAction(r, a, id, action)
 	rec.Detail, rec.Result = out.detail, out.result
 	if out.code != http.StatusOK {
@@ -1065,9 +1112,29 @@ func (h *Handler) runAction(r *http.Request, a *Admin, id, action string) action
 		}
 		detail = resumeDetail(rb.CorrelationKey, rc)
 		err = a.Resume(ctx, id, rb.CorrelationKey, rb.Context)
+	case ActionCancel, ActionTerminate:
+		f := a.Cancel
+		if action == ActionTerminate {
+			f = a.Terminate
+		}
+		if f == nil {
+			err = errNotEnabled
+			break
+		}
+		var rb reasonBody
+		if len(body) > 0 {
+			if jerr := json.Unmarshal(body, &rb); jerr != nil {
+				return refused(http.StatusBadRequest, resultBadRequest, "%s body: %v", action, jerr)
+			}
+		}
+		if strings.TrimSpace(rb.Reason) == "" {
+			return refused(http.StatusBadRequest, resultBadRequest, `%s needs {"reason": "..."}`, action)
+		}
+		detail = "reason: " + rb.Reason
+		err = f(ctx, id, rb.Reason)
 	default:
 		return refused(http.StatusNotFound, resultUnknownAction, "unknown admin action %.32q: want one of %s", action,
-			strings.Join([]string{ActionRestore, ActionRedrive, ActionResend, ActionResume}, ", "))
+			strings.Join([]string{ActionRestore, ActionRedrive, ActionResend, ActionResume, ActionCancel, ActionTerminate}, ", "))
 	}
 	out := actionOutcome{code: http.StatusOK, result: resultOK, detail: detail, err: err}
 	switch {
@@ -1081,7 +1148,8 @@ func (h *Handler) runAction(r *http.Request, a *Admin, id, action string) action
 	case errors.Is(err, orchestrator.ErrCorrelationKey), errors.Is(err, recovery.ErrCorrelationKey):
 		out.code, out.result, out.msg = http.StatusConflict, resultCorrelationKey, err.Error()
 	case errors.Is(err, recovery.ErrNotRestorable), errors.Is(err, orchestrator.ErrNotRetryPending), errors.Is(err, orchestrator.ErrNotInFlight),
-		errors.Is(err, orchestrator.ErrNotPaused), errors.Is(err, recovery.ErrNotPaused):
+		errors.Is(err, orchestrator.ErrNotPaused), errors.Is(err, recovery.ErrNotPaused),
+		errors.Is(err, orchestrator.ErrEnded), errors.Is(err, orchestrator.ErrNotCancellable):
 		out.code, out.result, out.msg = http.StatusConflict, resultWrongState, err.Error()
 	case errors.Is(err, eventstore.ErrInvalid), errors.Is(err, topics.ErrMalformed):
 		out.code, out.result, out.msg = http.StatusBadRequest, resultBadRequest, err.Error()

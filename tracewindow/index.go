@@ -146,9 +146,9 @@ func (q Query) Validate() error {
 // States lists every saga state in lifecycle order.
 var States = []eventstore.State{
 	eventstore.StateStarted, eventstore.StateInProgress, eventstore.StatePaused,
-	eventstore.StateRetryPending, eventstore.StateFailed, eventstore.StateCompensating,
+	eventstore.StateRetryPending, eventstore.StateFailed, eventstore.StateCancelling, eventstore.StateCompensating,
 	eventstore.StateCompleted, eventstore.StateCompensated, eventstore.StateCompensationFailed,
-	eventstore.StateDisabled,
+	eventstore.StateTerminated, eventstore.StateDisabled,
 }
 
 // KnownState reports whether s is one of States.

@@ -288,7 +288,7 @@ type StepView struct {
 // awaitsReply mirrors the orchestrator: states with a command in flight.
 func awaitsReply(s eventstore.State) bool {
 	switch s {
-	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateFailed:
+	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateFailed, eventstore.StateCancelling:
 		return true
 	}
 	return false

@@ -51,6 +51,7 @@ const adminUsage = `usage:
   sagactl restore TXID [--actor NAME] [flags]
   sagactl restore --all-disabled [--actor NAME] [flags]
   sagactl resume TXID CORRELATION_KEY [key=value ...] [--actor NAME] [flags]
+  sagactl cancel|terminate TXID --reason TEXT --brokers H:9092 [--actor NAME] [flags]
 
 list prints the sagas of one service, newest first (transaction ids made
 by the orchestrator sort by creation time), with state, step, age and
@@ -107,6 +108,19 @@ from before the audit table: run sagactl schema apply) is reported on stderr
 as a warning and in the JSON's "audit" field; the exit code stays the
 action's.
 
+cancel asks the orchestrator that owns the saga's replies to cancel it: it
+goes no further and compensates the steps it completed, in reverse (a step in
+flight once its reply arrives); it ends COMPENSATED. terminate asks for it to
+be stopped at once without compensating: it ends TERMINATED. Both read the
+saga from the store (a saga that has ended is refused, exit 4; cancel refuses
+a DISABLED saga too: restore or terminate it), then produce the request on the
+domain's callback topic (--brokers, or env STACKSAGA_KAFKA_BROKERS; plaintext
+Kafka), where the orchestrator applies it in order with the saga's replies;
+the saga's history then holds a "cancelled" or "terminated" row with the
+actor and --reason (required, at most 1024 bytes). Both are audited as
+restore and resume are. Note: "list terminated" lists frozen
+COMPENSATION_FAILED sagas, not TERMINATED ones.
+
 flags (every command):
   --service NAME        the orchestrating service (required; env
                         STACKSAGA_INSTANCE_SERVICE, yaml stacksaga.instance.service)
@@ -126,7 +140,8 @@ flags (every command):
                         a flag shows the secret in the process list
   --timeout D           bound on the whole command (default 2m)
   --json                print one JSON document on stdout instead of text
-  --actor NAME          restore, resume: who the audit records name (default
+  --actor NAME          restore, resume, cancel, terminate: who the audit
+                        records (and cancel's and terminate's history row) name (default
                         sagactl:<os user>@<hostname>; at most 256 bytes)
   Values come from --config, then the environment (STACKSAGA_CASSANDRA_*,
   STACKSAGA_INSTANCE_*), then the flags.
@@ -135,9 +150,10 @@ exit codes:
   0  done
   1  runtime error: store unreachable, a query failed, invalid configuration
   2  usage error
-  3  saga not found (show, restore, resume)
+  3  saga not found (show, restore, resume, cancel, terminate)
   4  saga not restorable in its state (restore); saga not paused, or a
-     wrong or stale correlation key (resume)
+     wrong or stale correlation key (resume); saga ended, or DISABLED
+     (cancel, terminate)
   restore --all-disabled exits 1 if any restore failed at run time, else 4
   if any was not restorable, else 3 if any was gone, else 0.
 Errors go to stderr, one line each, naming what failed.
@@ -164,8 +180,10 @@ type adminFlags struct {
 	after       *string
 	// restore
 	allDisabled *bool
-	// restore, resume
+	// restore, resume, cancel, terminate
 	actor *string
+	// cancel, terminate
+	reason, brokers *string
 }
 
 func newAdminFlags(cmd string) *adminFlags {
@@ -193,8 +211,12 @@ func newAdminFlags(cmd string) *adminFlags {
 	case "restore":
 		f.allDisabled = fs.Bool("all-disabled", false, "restore every DISABLED saga")
 	}
-	if cmd == "restore" || cmd == "resume" {
+	if cmd == "restore" || cmd == "resume" || cmd == "cancel" || cmd == "terminate" {
 		f.actor = fs.String("actor", "", "who the audit records name")
+	}
+	if cmd == "cancel" || cmd == "terminate" {
+		f.reason = fs.String("reason", "", "why (recorded in the saga's history)")
+		f.brokers = fs.String("brokers", "", "Kafka brokers")
 	}
 	return f
 }
@@ -306,6 +328,20 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		if rc, err = resumeContext(pos[2:]); err != nil {
 			return failf(stderr, exitUsage, "resume: %v", err)
 		}
+	case "cancel", "terminate":
+		if len(pos) != 1 || pos[0] == "" {
+			return failf(stderr, exitUsage, "%s: want one TXID, got %q (see sagactl %s -h)", cmd, pos, cmd)
+		}
+		what = pos[0]
+		if strings.TrimSpace(*f.reason) == "" {
+			return failf(stderr, exitUsage, "%s: --reason is required (it is recorded in the saga's history)", cmd)
+		}
+		if *f.brokers == "" {
+			*f.brokers = os.Getenv(envKafkaBrokers)
+		}
+		if *f.brokers == "" {
+			return failf(stderr, exitUsage, "%s: --brokers (or %s) is required: the request goes to the orchestrator through Kafka", cmd, envKafkaBrokers)
+		}
 	}
 	if *f.timeout <= 0 {
 		return failf(stderr, exitUsage, "%s: --timeout %v: want a positive duration", cmd, *f.timeout)
@@ -368,6 +404,8 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		return c.show(ctx, what)
 	case "resume":
 		return c.resume(ctx, what, key, rc)
+	case "cancel", "terminate":
+		return c.control(ctx, cmd, what, *f.reason, strings.Split(*f.brokers, ","))
 	default:
 		if *f.allDisabled {
 			return c.restoreAllDisabled(ctx)

@@ -10,6 +10,7 @@
 //	sagactl show TXID
 //	sagactl restore TXID | --all-disabled
 //	sagactl resume TXID CORRELATION_KEY [key=value ...]
+//	sagactl cancel|terminate TXID --reason TEXT --brokers H:9092
 //	sagactl trace-window --addr 127.0.0.1:8088 --service S
 //	sagactl ring [--master host:port] [--json]
 //	sagactl sql-barrier print|apply [--table t] [--dsn-file f]
@@ -72,6 +73,7 @@ const usage = `usage:
   sagactl show TXID [flags]
   sagactl restore TXID | --all-disabled [flags]
   sagactl resume TXID CORRELATION_KEY [key=value ...] [flags]
+  sagactl cancel|terminate TXID --reason TEXT --brokers H:9092 [flags]
   sagactl trace-window --addr 127.0.0.1:8088 --service S [flags]
   sagactl ring [--master 127.0.0.1:7070] [--json]
   sagactl sql-barrier print|apply [--table stacksaga_barrier] [--dsn-file f] [--timeout 1m]
@@ -86,7 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case "-h", "-help", "--help", "help":
 			fmt.Fprint(stdout, usage)
 			return exitOK
-		case "list", "show", "restore", "resume":
+		case "list", "show", "restore", "resume", "cancel", "terminate":
 			return runAdmin(ctx, args[0], args[1:], stdout, stderr)
 		case "trace-window":
 			return runTraceWindow(ctx, args[1:], stdout, stderr)

@@ -31,6 +31,13 @@
 // after a random delay of at most a second with orchestrator.Resume, as a
 // payment gateway's webhook would; the summary adds paused= and resumed=.
 //
+// Cancels: --cancel-rate makes a fraction of the sagas cancelled at a
+// random moment (within maxCancelDelay of their start) with
+// orchestrator.Cancel, as a customer would; they end COMPENSATED (or
+// COMPLETED, when the cancel comes after the last step), and the summary
+// adds cancel_requested= (cancels asked), cancelled= (cancels the
+// orchestrator applied) and cancel_too_late= (refused or ignored: the saga
+// had ended).
 // SQL barrier: --sql books the payment step in a PostgreSQL ledger through
 // the SQL barrier (package sqlbarrier), on the server at $POSTGRES_DSN, in a
 // fresh schema dropped at the end; the summary adds sql_effects= (ledger
@@ -121,6 +128,7 @@ type options struct {
 	// the metrics there).
 	afterRun   func(res result, metricsURL string)
 	pauseRate  float64
+	cancelRate float64
 	retryNodes int
 	// sql: the payment step books a PostgreSQL ledger through the SQL
 	// barrier ($POSTGRES_DSN).
@@ -160,6 +168,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.transientRate, "transient-rate", 0, "fraction of steps whose first attempt fails retryably (re-driven by recovery)")
 	fs.Float64Var(&o.crashRate, "crash-rate", 0, "fraction of sagas the orchestrator abandons mid-way as if its process died (restored by recovery)")
 	fs.Float64Var(&o.pauseRate, "pause-rate", 0, "fraction of sagas whose payment step pauses them (asynchronous authorisation); a separate goroutine resumes each after a random delay of at most 1s")
+	fs.Float64Var(&o.cancelRate, "cancel-rate", 0, "fraction of sagas cancelled (orchestrator.Cancel) at a random moment within 50ms of their start; they compensate what they completed")
 	fs.IntVar(&o.retryNodes, "retry-nodes", 0, "run an embedded ring coordinator (master and slave) and N more orchestrator instances as retry nodes sharing the token ring (default: the one orchestrator is the retry node)")
 	var windowSec float64
 	fs.Float64Var(&windowSec, "window", 0, "recovery window interval in seconds (dividing 60, or whole minutes); default 2 with --transient-rate or --crash-rate, else the production 60")
@@ -187,6 +196,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.pauseRate < 0 || o.pauseRate > 1 {
 		errs = append(errs, errors.New("--pause-rate must be within [0, 1]"))
+	}
+	if o.cancelRate < 0 || o.cancelRate > 1 {
+		errs = append(errs, errors.New("--cancel-rate must be within [0, 1]"))
 	}
 	if o.retryNodes < 0 {
 		errs = append(errs, errors.New("--retry-nodes must be at least 0"))
@@ -325,6 +337,10 @@ type result struct {
 	// continued one.
 	hasPauses       bool
 	paused, resumed int64
+	// Cancel figures, set with --cancel-rate: cancels asked, applied, and
+	// refused or ignored because the saga had ended.
+	hasCancels                          bool
+	cancelRequested, cancelled, tooLate int64
 	// SQL figures, set with --sql: the payment ledger's rows and the rows
 	// beyond the first for one saga and kind.
 	hasSQL                bool
@@ -355,6 +371,9 @@ func (r result) summary() string {
 	}
 	if r.hasPauses {
 		fmt.Fprintf(&b, " paused=%d resumed=%d", r.paused, r.resumed)
+	}
+	if r.hasCancels {
+		fmt.Fprintf(&b, " cancel_requested=%d cancelled=%d cancel_too_late=%d", r.cancelRequested, r.cancelled, r.tooLate)
 	}
 	if r.hasSQL {
 		fmt.Fprintf(&b, " sql_effects=%d sql_double_effects=%d", r.sqlEffects, r.sqlDouble)
@@ -698,6 +717,8 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	defer sample.Stop()
 	var startErr firstError
 	started := 0
+	cancels := &canceller{o: o, ctx: runCtx}
+	res.cancelled = cancels.targeted
 	report := func() {
 		if opts.quiet {
 			return
@@ -729,6 +750,9 @@ loop:
 						return
 					}
 					lat.begin(txID, t0)
+					if chance(ord.OrderID, 11, opts.cancelRate) {
+						cancels.add(txID)
+					}
 				}()
 				continue
 			case <-progress.C:
@@ -762,8 +786,12 @@ loop:
 		if e := res.failed(); e != nil {
 			return result{}, fmt.Errorf("resume: %w", e)
 		}
+		if e := cancels.err.get(); e != nil {
+			return result{}, fmt.Errorf("cancel: %w", e)
+		}
 	}
 	elapsed := time.Since(start)
+	cancels.wg.Wait()
 	if relay != nil && terminal() == opts.sagas {
 		// Copies still on their way would run after the count: let the
 		// relay and the workers go quiet first, so duplicate_executions
@@ -798,6 +826,18 @@ loop:
 	if opts.pauseRate > 0 {
 		out.hasPauses = true
 		out.paused, out.resumed = res.paused.Load(), res.resumed.Load()
+	}
+	if opts.cancelRate > 0 {
+		if e := cancels.err.get(); e != nil {
+			return result{}, fmt.Errorf("cancel: %w", e)
+		}
+		out.hasCancels = true
+		st := o.Stats()
+		out.cancelRequested, out.cancelled = cancels.requested.Load(), st.Cancelled
+		for _, rn := range retryNodes {
+			out.cancelled += rn.Stats().Cancelled
+		}
+		out.tooLate = out.cancelRequested - out.cancelled
 	}
 	if recovering || opts.window != 0 {
 		st := o.Stats()
@@ -865,6 +905,9 @@ type resumer struct {
 	// saga.
 	paused, resumed atomic.Int64
 	err             firstError
+	// cancelled reports whether a saga was to be cancelled (--cancel-rate):
+	// its resume may find it cancelled.
+	cancelled func(txID string) bool
 }
 
 type pendingResume struct {
@@ -919,6 +962,8 @@ func (r *resumer) run(ctx context.Context, o *orchestrator.Orchestrator[placeord
 				defer func() { <-sem }()
 				res, err := o.Resume(ctx, p.txID, p.key, map[string]string{placeorder.StatusKey: placeorder.PaymentAuthorised})
 				switch {
+				case err != nil && errors.Is(err, orchestrator.ErrNotPaused) && r.cancelled != nil && r.cancelled(p.txID):
+					// cancelled while paused (--cancel-rate)
 				case err != nil && ctx.Err() == nil:
 					r.err.set(fmt.Errorf("%s: %w", p.txID, err))
 				case err == nil && res.Continued:
@@ -1206,6 +1251,44 @@ func (g *gaps) quantiles() (p50, p99 time.Duration, n int) {
 	g.mu.Unlock()
 	p50, p99 = l.quantiles()
 	return p50, p99, len(l.vals)
+}
+
+// maxCancelDelay bounds the delay before a saga of --cancel-rate is
+// cancelled.
+const maxCancelDelay = 50 * time.Millisecond
+
+// canceller cancels the sagas of --cancel-rate, each after a random delay
+// of at most maxCancelDelay, as a customer would.
+type canceller struct {
+	o         *orchestrator.Orchestrator[placeorder.Order]
+	ctx       context.Context
+	wg        sync.WaitGroup
+	ids       sync.Map
+	requested atomic.Int64
+	err       firstError
+}
+
+// add cancels txID after a random delay (on its own goroutine).
+func (c *canceller) add(txID string) {
+	c.ids.Store(txID, true)
+	c.wg.Go(func() {
+		select {
+		case <-time.After(rand.N(maxCancelDelay + 1)):
+		case <-c.ctx.Done():
+			return
+		}
+		c.requested.Add(1)
+		err := c.o.Cancel(orchestrator.WithActor(c.ctx, "sagademo"), txID, "demo --cancel-rate")
+		if err != nil && !errors.Is(err, orchestrator.ErrEnded) && c.ctx.Err() == nil {
+			c.err.set(fmt.Errorf("%s: %w", txID, err))
+		}
+	})
+}
+
+// targeted reports whether txID is one of the sagas to cancel.
+func (c *canceller) targeted(txID string) bool {
+	_, ok := c.ids.Load(txID)
+	return ok
 }
 
 // openLedger opens the PostgreSQL at $POSTGRES_DSN on a fresh schema that

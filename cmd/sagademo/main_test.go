@@ -14,7 +14,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
 
-var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s p50_ms=\d+\.\d p99_ms=\d+\.\d( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+)(?: retry_p50_ms=\d+\.\d retry_p99_ms=\d+\.\d)?(?: recovery_p50_ms=\d+\.\d recovery_p99_ms=\d+\.\d)?)?( paused=(\d+) resumed=(\d+))?( sql_effects=(\d+) sql_double_effects=(\d+))?$`)
+var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s p50_ms=\d+\.\d p99_ms=\d+\.\d( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+)(?: retry_p50_ms=\d+\.\d retry_p99_ms=\d+\.\d)?(?: recovery_p50_ms=\d+\.\d recovery_p99_ms=\d+\.\d)?)?( paused=(\d+) resumed=(\d+))?( cancel_requested=(\d+) cancelled=(\d+) cancel_too_late=(\d+))?( sql_effects=(\d+) sql_double_effects=(\d+))?$`)
 
 // demoSummary runs the demo with args (quietly), fails t unless it exits 0
 // with a summary line, and returns the line's submatches (summaryRE) and
@@ -96,7 +96,7 @@ func TestDemoRealKafkaAndCassandra(t *testing.T) {
 func TestDemoRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"--sagas", "0"}, {"--fail-rate", "1.5"}, {"--concurrency", "-1"}, {"--nope"},
 		{"--transient-rate", "2"}, {"--crash-rate", "-0.1"}, {"--window", "7"}, {"--trace-ratio", "1.5"}, {"--metrics-addr", "nonsense"},
-		{"--pause-rate", "1.1"}, {"--retry-nodes", "-1"}} {
+		{"--pause-rate", "1.1"}, {"--retry-nodes", "-1"}, {"--cancel-rate", "-0.5"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -282,4 +282,41 @@ func TestFirstErrorKeepsTheFirst(t *testing.T) {
 	if got := f.get(); got != first {
 		t.Errorf("get() = %v, want %v", got, first)
 	}
+}
+
+// cancelSummary runs the demo with --cancel-rate (args) and checks that
+// every saga ended once (stuck=0, none COMPENSATION_FAILED, no step run
+// twice), that cancels were asked and some applied, and that the
+// cancelled sagas are among the compensated ones.
+func cancelSummary(t *testing.T, sagas int, args ...string) {
+	t.Helper()
+	m, counts := demoSummary(t, args...)
+	if m[16] == "" {
+		t.Fatalf("summary line %q lacks the cancel fields", m[0])
+	}
+	if counts[0] != sagas || counts[1]+counts[2] != sagas || counts[3] != 0 || counts[4] != 0 {
+		t.Fatalf("summary counts %v: want every one of %d sagas COMPLETED or COMPENSATED, stuck=0: %s", counts, sagas, m[0])
+	}
+	if m[7] != "0" {
+		t.Fatalf("duplicate_executions=%s, want 0: %s", m[7], m[0])
+	}
+	n := atoi(m, 17, 18, 19)
+	requested, cancelled, late := n[0], n[1], n[2]
+	if requested == 0 || cancelled == 0 || requested != cancelled+late || cancelled > counts[2] {
+		t.Fatalf("cancel_requested=%d cancelled=%d cancel_too_late=%d compensated=%d: %s", requested, cancelled, late, counts[2], m[0])
+	}
+	t.Log(m[0])
+}
+
+// A fraction of the sagas are cancelled at a random moment, some while
+// paused: every saga ends once, stuck=0 (issue 40).
+func TestDemoCancelEmbedded(t *testing.T) {
+	cancelSummary(t, 300, "--sagas", "300", "--fail-rate", "0.1", "--cancel-rate", "0.3", "--pause-rate", "0.2", "--concurrency", "64")
+}
+
+func TestDemoCancelRealServices(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	hosts, keyspace := testenv.CassandraKeyspace(t)
+	cancelSummary(t, 150, "--sagas", "150", "--fail-rate", "0.1", "--cancel-rate", "0.3", "--pause-rate", "0.2",
+		"--kafka", brokers[0], "--cassandra", hosts[0], "--keyspace", keyspace, "--suffix", testenv.UniqueName(t, "cancel"))
 }

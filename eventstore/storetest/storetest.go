@@ -100,6 +100,7 @@ var tests = []test{
 	{"CreateExisting", testCreateExisting},
 	{"LoadMissing", testLoadMissing},
 	{"TransactionState", testTransactionState},
+	{"LifecycleStates", testLifecycleStates},
 	{"CreateWatched", testCreateWatched},
 	{"TransitionOverwrites", testTransitionOverwrites},
 	{"PutMarkerTTL", testPutMarkerTTL},

@@ -443,7 +443,7 @@
 
   function actionButtons(d) {
     if (!d.actions || !d.actions.length) return null;
-    var labels = { restore: 'Restore (hand back to retry nodes)', redrive: 'Re-drive now', resend: 'Re-send step', resume: 'Resume' };
+    var labels = { restore: 'Restore (hand back to retry nodes)', redrive: 'Re-drive now', resend: 'Re-send step', resume: 'Resume', cancel: 'Cancel (compensate)', terminate: 'Terminate (no compensation)' };
     return el('div', { class: 'actions' }, d.actions.map(function (a) {
       return el('button', { type: 'button', class: 'danger', 'data-action': a, text: labels[a] || a, onclick: function () { runAction(d.saga.tx_id, a); } });
     }));
@@ -462,6 +462,10 @@
       var ctx = window.prompt('Resume context (JSON):', '{}');
       if (ctx === null) return;
       try { body = { correlation_key: key, context: JSON.parse(ctx || '{}') }; } catch (e) { flash('resume context is not JSON: ' + e.message, true); return; }
+    } else if (action === 'cancel' || action === 'terminate') {
+      var reason = window.prompt(action + ' saga ' + id + ': why? (recorded in its history)');
+      if (reason === null || !reason.trim()) return;
+      body = { reason: reason };
     } else if (!window.confirm(action + ' saga ' + id + '?')) {
       return;
     }
