@@ -1,0 +1,191 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Environment variables of the three-node cluster that `scripts/services up
+// --cluster` starts and `scripts/services env --cluster` prints.
+const (
+	// EnvCassandraClusterHosts lists every node's CQL endpoint, e.g.
+	// "127.0.0.1:9043,127.0.0.2:9043,127.0.0.3:9043".
+	EnvCassandraClusterHosts = "CASSANDRA_CLUSTER_HOSTS"
+	// EnvCassandraClusterDC is the nodes' data centre.
+	EnvCassandraClusterDC = "CASSANDRA_CLUSTER_DC"
+	// EnvKafkaClusterBrokers lists every broker of the Kafka cluster.
+	EnvKafkaClusterBrokers = "KAFKA_CLUSTER_BROKERS"
+	// EnvClusterDir is the script's state directory of the cluster, where
+	// each node's pid file is (<dir>/cassandra-<n>/pid, <dir>/kafka-<n>/pid).
+	EnvClusterDir = "STACKSAGA_CLUSTER_DIR"
+	// EnvRequireCluster, when "1" (or "true"), fails the cluster tests
+	// when the cluster's variables are not set (`make test` sets it when it
+	// starts the cluster). Set but unreachable endpoints fail them whenever
+	// STACKSAGA_REQUIRE_SERVICES is set.
+	EnvRequireCluster = "STACKSAGA_REQUIRE_CLUSTER"
+)
+
+const howToStartCluster = "start the cluster with `scripts/services up --cluster` and export its endpoints with " +
+	"`eval \"$(scripts/services env --cluster)\"`, or run everything with `make test`"
+
+// ClusterNode is one server of the local cluster: its endpoint and its
+// process, which a test may pause (SIGSTOP) and resume (SIGCONT).
+type ClusterNode struct {
+	// Addr is the node's endpoint (host:port).
+	Addr string
+	// Host is Addr's host: the node's loopback address.
+	Host string
+	// service is the script's name of the node ("cluster/cassandra-2"),
+	// which its command line carries; pidFile is where the script keeps
+	// its pid.
+	service string
+	pidFile string
+}
+
+// CassandraCluster is the three-node Cassandra cluster of `scripts/services
+// up --cluster`.
+type CassandraCluster struct {
+	// Hosts are every node's CQL endpoint.
+	Hosts []string
+	// DC is the nodes' data centre.
+	DC string
+	// Nodes are the nodes, in the order of Hosts.
+	Nodes []ClusterNode
+}
+
+// RequiredCluster reports whether the cluster tests must fail, not skip,
+// when the cluster's variables are not set (STACKSAGA_REQUIRE_CLUSTER).
+func RequiredCluster() bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(EnvRequireCluster))) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
+}
+
+var (
+	clusterOnce sync.Once
+	clusterErr  error
+)
+
+// CassandraClusterNodes returns the local three-node Cassandra cluster, or
+// skips t when CASSANDRA_CLUSTER_HOSTS is not set (fails it with
+// STACKSAGA_REQUIRE_CLUSTER=1). With the variable set, every node must
+// accept connections: a node that does not fails t when
+// STACKSAGA_REQUIRE_SERVICES=1 (skips it otherwise), naming it.
+func CassandraClusterNodes(t testing.TB) CassandraCluster {
+	t.Helper()
+	v := strings.TrimSpace(os.Getenv(EnvCassandraClusterHosts))
+	if v == "" {
+		skipOrFail(t, RequiredCluster(), "testenv: the Cassandra cluster's %s is not set (required when %s=1): %s",
+			EnvCassandraClusterHosts, EnvRequireCluster, howToStartCluster)
+		return CassandraCluster{}
+	}
+	hosts, err := parseAddrs(v)
+	if err == nil {
+		clusterOnce.Do(func() { clusterErr = checkAllReachable(hosts, 5*time.Second) })
+		err = clusterErr
+	}
+	if err != nil {
+		err = fmt.Errorf("testenv: %s=%q: %w; %s", EnvCassandraClusterHosts, v, err, howToStartCluster)
+		skipOrFail(t, Required() || RequiredCluster(), "%v", err)
+		return CassandraCluster{}
+	}
+	c := CassandraCluster{Hosts: hosts, DC: strings.TrimSpace(os.Getenv(EnvCassandraClusterDC))}
+	if c.DC == "" {
+		c.DC = "datacenter1"
+	}
+	dir := strings.TrimSpace(os.Getenv(EnvClusterDir))
+	for i, h := range hosts {
+		host, _, _ := net.SplitHostPort(h)
+		svc := fmt.Sprintf("cassandra-%d", i+1)
+		n := ClusterNode{Addr: h, Host: host, service: "cluster/" + svc}
+		if dir != "" {
+			n.pidFile = filepath.Join(dir, svc, "pid")
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	return c
+}
+
+// checkAllReachable makes sure every address accepts TCP connections.
+func checkAllReachable(addrs []string, timeout time.Duration) error {
+	var errs []error
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, timeout)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.Close()
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("testenv: %d of %d nodes do not accept connections: %w", len(errs), len(addrs), errors.Join(errs...))
+	}
+	return nil
+}
+
+// pid returns the node's process id, checking that the process is the
+// node the script started (its command line carries the script's marker),
+// so that a reused pid is never signalled.
+func (n ClusterNode) pid() (int, error) {
+	if n.pidFile == "" {
+		return 0, fmt.Errorf("testenv: %s is not set: the node's process is unknown", EnvClusterDir)
+	}
+	b, err := os.ReadFile(n.pidFile)
+	if err != nil {
+		return 0, fmt.Errorf("testenv: pid of %s: %w", n.service, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("testenv: pid file %s: %w", n.pidFile, err)
+	}
+	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return 0, fmt.Errorf("testenv: %s (pid %d) does not run: %w", n.service, pid, err)
+	}
+	if !strings.Contains(string(cmd), "-Dstacksaga.service="+n.service+"\x00") {
+		return 0, fmt.Errorf("testenv: pid %d is not %s", pid, n.service)
+	}
+	return pid, nil
+}
+
+// Pause stops the node's process (SIGSTOP): it keeps its connections open
+// and answers nothing, as a node that hangs or is cut off does; its peers
+// notice only when their failure detector convicts it. Resume is
+// registered as t's cleanup, so that no test leaves a node stopped.
+func (n ClusterNode) Pause(t testing.TB) {
+	t.Helper()
+	pid, err := n.pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Resume(t) })
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("testenv: SIGSTOP %s (pid %d): %v", n.service, pid, err)
+	}
+	t.Logf("testenv: paused %s (%s, pid %d)", n.service, n.Addr, pid)
+}
+
+// Resume continues a paused node (SIGCONT); resuming a running node does
+// nothing.
+func (n ClusterNode) Resume(t testing.TB) {
+	t.Helper()
+	pid, err := n.pid()
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Errorf("testenv: SIGCONT %s (pid %d): %v", n.service, pid, err)
+	}
+}
