@@ -72,10 +72,26 @@ func RequiredCluster() bool {
 	return false
 }
 
-var (
-	clusterOnce sync.Once
-	clusterErr  error
-)
+// reachability caches checkAllReachable's answer per variable value, so
+// that a test binary dials each cluster once.
+var reachability struct {
+	sync.Mutex
+	errs map[string]error
+}
+
+func allReachable(v string, addrs []string) error {
+	reachability.Lock()
+	defer reachability.Unlock()
+	if err, ok := reachability.errs[v]; ok {
+		return err
+	}
+	if reachability.errs == nil {
+		reachability.errs = map[string]error{}
+	}
+	err := checkAllReachable(addrs, 5*time.Second)
+	reachability.errs[v] = err
+	return err
+}
 
 // CassandraClusterNodes returns the local three-node Cassandra cluster, or
 // skips t when CASSANDRA_CLUSTER_HOSTS is not set (fails it with
@@ -92,8 +108,7 @@ func CassandraClusterNodes(t testing.TB) CassandraCluster {
 	}
 	hosts, err := parseAddrs(v)
 	if err == nil {
-		clusterOnce.Do(func() { clusterErr = checkAllReachable(hosts, 5*time.Second) })
-		err = clusterErr
+		err = allReachable(v, hosts)
 	}
 	if err != nil {
 		err = fmt.Errorf("testenv: %s=%q: %w; %s", EnvCassandraClusterHosts, v, err, howToStartCluster)
@@ -115,6 +130,30 @@ func CassandraClusterNodes(t testing.TB) CassandraCluster {
 		c.Nodes = append(c.Nodes, n)
 	}
 	return c
+}
+
+// KafkaClusterBrokers returns every broker of the local three-broker Kafka
+// cluster (KAFKA_CLUSTER_BROKERS), with the same rules as
+// CassandraClusterNodes: unset skips t (fails it with
+// STACKSAGA_REQUIRE_CLUSTER=1); set, every broker must accept connections
+// or t fails under STACKSAGA_REQUIRE_SERVICES=1.
+func KafkaClusterBrokers(t testing.TB) []string {
+	t.Helper()
+	v := strings.TrimSpace(os.Getenv(EnvKafkaClusterBrokers))
+	if v == "" {
+		skipOrFail(t, RequiredCluster(), "testenv: the Kafka cluster's %s is not set (required when %s=1): %s",
+			EnvKafkaClusterBrokers, EnvRequireCluster, howToStartCluster)
+		return nil
+	}
+	brokers, err := parseAddrs(v)
+	if err == nil {
+		err = allReachable(v, brokers)
+	}
+	if err != nil {
+		skipOrFail(t, Required() || RequiredCluster(), "testenv: %s=%q: %v; %s", EnvKafkaClusterBrokers, v, err, howToStartCluster)
+		return nil
+	}
+	return brokers
 }
 
 // checkAllReachable makes sure every address accepts TCP connections.
