@@ -1,10 +1,12 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -226,5 +228,101 @@ func (n ClusterNode) Resume(t testing.TB) {
 	}
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Errorf("testenv: SIGCONT %s (pid %d): %v", n.service, pid, err)
+	}
+}
+
+// KafkaClusterNodes returns the brokers of the local Kafka cluster as
+// nodes (KafkaClusterBrokers' rules), in the order of
+// KAFKA_CLUSTER_BROKERS: node n is broker id n.
+func KafkaClusterNodes(t testing.TB) []ClusterNode {
+	t.Helper()
+	brokers := KafkaClusterBrokers(t)
+	dir := strings.TrimSpace(os.Getenv(EnvClusterDir))
+	var nodes []ClusterNode
+	for i, b := range brokers {
+		host, _, _ := net.SplitHostPort(b)
+		svc := fmt.Sprintf("kafka-%d", i+1)
+		n := ClusterNode{Addr: b, Host: host, service: "cluster/" + svc}
+		if dir != "" {
+			n.pidFile = filepath.Join(dir, svc, "pid")
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
+// Name is the script's name of the node ("cluster/cassandra-2").
+func (n ClusterNode) Name() string { return n.service }
+
+// Pid returns the node's process id, or an error when it does not run.
+func (n ClusterNode) Pid() (int, error) { return n.pid() }
+
+// Kill ends the node's process with SIGKILL, as a crash does, and waits
+// (up to a minute) until it is gone; it returns the pid killed.
+// RestartCluster starts it again.
+func (n ClusterNode) Kill(t testing.TB) int {
+	t.Helper()
+	pid, err := n.pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("testenv: SIGKILL %s (pid %d): %v", n.service, pid, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: %s (pid %d) still alive a minute after SIGKILL", n.service, pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("testenv: killed %s (%s, pid %d)", n.service, n.Addr, pid)
+	return pid
+}
+
+// RestartCluster runs `scripts/services up --cluster` (of this module, on
+// the state directory STACKSAGA_CLUSTER_DIR is in), which starts the
+// cluster's nodes that do not run and waits until every one is ready
+// (the nodes that run are kept), bounded by timeout; it returns how long
+// it took.
+func RestartCluster(t testing.TB, timeout time.Duration) time.Duration {
+	t.Helper()
+	dir := strings.TrimSpace(os.Getenv(EnvClusterDir))
+	if dir == "" {
+		t.Fatalf("testenv: %s is not set: the cluster cannot be restarted", EnvClusterDir)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "services"), "up", "--cluster")
+	cmd.Env = append(os.Environ(), "STACKSAGA_SERVICES_DIR="+filepath.Dir(dir))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("testenv: scripts/services up --cluster: %v\n%s", err, out)
+	}
+	took := time.Since(start)
+	t.Logf("testenv: cluster restarted in %v", took.Round(time.Second))
+	return took
+}
+
+// moduleRoot finds the directory of go.mod from the working directory up.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testenv: no go.mod above the working directory")
+		}
+		dir = parent
 	}
 }
