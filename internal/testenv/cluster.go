@@ -302,8 +302,7 @@ func RestartCluster(t testing.TB, timeout time.Duration) time.Duration {
 	// A node killed on a loaded machine replays its commit log before it
 	// serves: the script waits as long as timeout allows.
 	wait := strconv.Itoa(int(timeout / time.Second))
-	cmd.Env = append(os.Environ(), "STACKSAGA_SERVICES_DIR="+filepath.Dir(dir),
-		"CASSANDRA_READY_TIMEOUT="+wait, "KAFKA_READY_TIMEOUT="+wait)
+	cmd.Env = append(os.Environ(), "STACKSAGA_SERVICES_DIR="+filepath.Dir(dir), "CLUSTER_READY_TIMEOUT="+wait)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("testenv: scripts/services up --cluster: %v\n%s", err, out)
