@@ -6,11 +6,15 @@ PKGS         ?= ./...
 TEST_TIMEOUT ?= 30m
 TEST_FLAGS   ?=
 TEST_FUZZTIME ?= 3s
+# CLUSTER=1: make test also starts the three-node cluster (scripts/services up
+# --cluster, about 3-4 minutes on a loaded 2-core box; see test below);
+# CLUSTER=0 does not, and the cluster tests skip.
+CLUSTER      ?= 1
 FUZZTIME     ?= 1m
 STATICCHECK  ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SERVICES     := scripts/services
 
-.PHONY: help setup test fuzz test-short lint demo services-up services-down services-wipe services-status services-logs
+.PHONY: help setup test fuzz test-short lint demo services-up services-down services-wipe services-status services-logs services-cluster-up services-cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -23,6 +27,12 @@ help: ## list the targets
 # both are set (e.g. docker compose); otherwise starts the local servers with
 # scripts/services (a no-op when they already run) and exports their endpoints,
 # the TLS ones included.
+# When it starts the local servers and CLUSTER=1 (the default), it also
+# starts the three-node cluster (see docs/clusters.md) unless
+# CASSANDRA_CLUSTER_HOSTS is set, exports its endpoints and sets
+# STACKSAGA_REQUIRE_CLUSTER=1, so that the cluster tests fail rather than
+# skip. With endpoints of its own (docker compose), the cluster tests run
+# when the CASSANDRA_CLUSTER_HOSTS/KAFKA_CLUSTER_BROKERS variables are set.
 # After the tests it runs every fuzz target for TEST_FUZZTIME each (0: none).
 # STACKSAGA_REQUIRE_SERVICES=1 turns any test that would skip for lack of a
 # service into a failure: with endpoints of servers that have no TLS listeners
@@ -43,10 +53,16 @@ test: ## install what is missing, start services if needed, then go test -race o
 		scripts/setup; \
 		$(SERVICES) up >/dev/null; \
 		eval "$$($(SERVICES) env)"; \
+		if [ "$(CLUSTER)" = 1 ] && [ -z "$$CASSANDRA_CLUSTER_HOSTS" ]; then \
+			$(SERVICES) up --cluster >/dev/null; \
+			eval "$$($(SERVICES) env --cluster)"; \
+			export KAFKA_CLUSTER_BROKERS CASSANDRA_CLUSTER_HOSTS CASSANDRA_CLUSTER_DC STACKSAGA_CLUSTER_DIR STACKSAGA_REQUIRE_CLUSTER=1; \
+		fi; \
 	fi; \
 	export KAFKA_BROKERS CASSANDRA_HOSTS POSTGRES_DSN STACKSAGA_REQUIRE_SERVICES=1; \
 	echo "make test: go test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS)  (KAFKA_BROKERS=$$KAFKA_BROKERS CASSANDRA_HOSTS=$$CASSANDRA_HOSTS POSTGRES_DSN=$${POSTGRES_DSN:-}" \
-		"KAFKA_SASL_SSL_BROKERS=$${KAFKA_SASL_SSL_BROKERS:-} CASSANDRA_TLS_HOSTS=$${CASSANDRA_TLS_HOSTS:-})"; \
+		"KAFKA_SASL_SSL_BROKERS=$${KAFKA_SASL_SSL_BROKERS:-} CASSANDRA_TLS_HOSTS=$${CASSANDRA_TLS_HOSTS:-}" \
+		"CASSANDRA_CLUSTER_HOSTS=$${CASSANDRA_CLUSTER_HOSTS:-} KAFKA_CLUSTER_BROKERS=$${KAFKA_CLUSTER_BROKERS:-})"; \
 	start=$$(date +%s); mkdir -p .cache; log=.cache/test.log; \
 	{ trc=0; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(PKGS) || trc=$$?; echo $$trc >.cache/test.rc; } 2>&1 | tee $$log; \
 	rc=$$(cat .cache/test.rc); \
@@ -89,6 +105,12 @@ services-down: ## stop the servers this repo started (data kept; WIPE=1 deletes 
 
 services-wipe: ## stop the servers and delete their data and logs
 	$(SERVICES) down --wipe
+
+services-cluster-up: ## start the three-node Cassandra and Kafka cluster on 127.0.0.1-3 (docs/clusters.md); idempotent
+	$(SERVICES) up --cluster
+
+services-cluster-down: ## stop the cluster (data kept; WIPE=1 deletes it)
+	$(SERVICES) down --cluster $(if $(filter 1,$(WIPE)),--wipe)
 
 services-status: ## what runs: pids, ports, RSS
 	$(SERVICES) status

@@ -36,6 +36,17 @@ var (
 	// Some of these (a missing table or permission) refuse every call
 	// until an operator acts, not only the one record.
 	ErrPermanent = errors.New("eventstore: permanent failure")
+	// ErrOutcomeUnknown means a conditional write (a Cassandra lightweight
+	// transaction) may or may not have been applied: it timed out after the
+	// replicas may have accepted it (a WriteTimeout of type CAS, a
+	// CAS_WRITE_UNKNOWN), or found too few replicas alive in a phase that
+	// may follow their acceptance (Unavailable), and every retry that would
+	// have told (an LWT retried first completes any round in flight, then
+	// finds its own effect) failed the same way. A caller must treat the
+	// write as possibly landed: it may take effect later, when a quorum
+	// completes the round. It is transient: calling again once the replicas
+	// answer learns the outcome.
+	ErrOutcomeUnknown = errors.New("eventstore: outcome unknown")
 )
 
 // sentinel is an error value that also matches parent with errors.Is.

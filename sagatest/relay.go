@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/stacksaga-go/stacksaga/internal/wait"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -71,12 +73,24 @@ func (e *Env) startRelay(from, to string, copies int, reorder bool, copied *atom
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.timeout)
 	defer cancel()
-	ends, err := e.adm.ListEndOffsets(ctx, from)
-	if err != nil {
-		return fmt.Errorf("sagatest: relay %s: %w", from, err)
-	}
-	if err := ends.Error(); err != nil {
-		return fmt.Errorf("sagatest: relay %s: %w", from, err)
+	// On a cluster a topic just created may not have its leaders known
+	// to every broker yet (NOT_LEADER_FOR_PARTITION, a retriable error):
+	// asked again until the env's timeout.
+	var (
+		ends kadm.ListedOffsets
+		err  error
+	)
+	for {
+		ends, err = e.adm.ListEndOffsets(ctx, from)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil {
+			break
+		}
+		if !kerr.IsRetriable(err) || !wait.Sleep(ctx, 100*time.Millisecond) {
+			return fmt.Errorf("sagatest: relay %s: %w", from, err)
+		}
 	}
 	start := make(map[int32]kgo.Offset)
 	r := &relay{from: from, to: to, copies: copies, reorder: reorder, copied: copied,

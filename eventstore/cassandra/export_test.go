@@ -1,5 +1,7 @@
 package cassandra
 
+import gocql "github.com/apache/cassandra-gocql-driver/v2"
+
 // SetDeleteHook makes s call f before each statement or batch that
 // DeleteRecoveryEntry sends, with the transaction ids it carries. Set it
 // before the first delete.
@@ -17,4 +19,10 @@ func QueuedDeletes(s *Store) int {
 		}
 	}
 	return n
+}
+
+// WithClusterConfig makes New call f on the driver configuration before it
+// connects (a test's host selection, for instance).
+func WithClusterConfig(f func(*gocql.ClusterConfig)) Option {
+	return optFunc(func(o *options) { o.cluster = f })
 }

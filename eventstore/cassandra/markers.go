@@ -139,25 +139,52 @@ func (s *Store) retryCAS(ctx context.Context, op string, key eventstore.MarkerKe
 // and fills prev with a refusal's columns, retrying an unknown outcome; read
 // turns the columns of a refusal into the row found, and a retry that is
 // refused but finds what done recognises (the earlier try's effect) reports
-// applied. logAttrs name the row in the debug log of a retry. Once a try
-// has failed in a way worth retrying, its outcome is unknown (it may have
-// been applied; an LWT's Unavailable too, which the commit phase can raise
-// after a quorum accepted the proposal), so a later failure is never
-// reported as eventstore.ErrClosed, which says that nothing was written:
-// Close cutting the retries short leaves the outcome unknown.
+// applied. logAttrs name the row in the debug log of a retry.
+//
+// Every outcome the driver reports has its handling:
+//   - applied: (true, nil);
+//   - not applied: (false, the row found, nil), or (true, nil) when a retry
+//     finds the effect of an earlier try of its own (done);
+//   - a WriteTimeout (type CAS: the Paxos round timed out, the proposal
+//     may have been accepted; or the commit's), a ReadTimeout, a
+//     CAS_WRITE_UNKNOWN, Unavailable (which the commit phase can raise
+//     after a quorum accepted the proposal) or no response: the outcome is
+//     unknown. The LWT is sent again (up to lwtTries tries in all): a
+//     retry first completes any round the earlier try left in flight,
+//     then applies or finds its effect, which is the SERIAL read that
+//     learns the outcome. When every try fails so, the error wraps
+//     eventstore.ErrOutcomeUnknown, the first unknown try's driver error and
+//     the last one: the write
+//     may have landed (and may still land when a quorum completes it);
+//   - anything else: s.fail's classification (permanent, closed, or as
+//     the driver reported it) of a try whose predecessors, if any, were
+//     all unknown outcomes, so the result wraps ErrOutcomeUnknown too when
+//     an earlier try was unknown.
+//
+// Once a try has failed in a way worth retrying, its outcome is unknown,
+// so a later failure is never reported as eventstore.ErrClosed, which says
+// that nothing was written: Close cutting the retries short leaves the
+// outcome unknown.
 func retryLWT[R any](ctx context.Context, s *Store, op string, logAttrs []any, try func(prev map[string]any) (bool, error),
 	read func(prev map[string]any) R, done func(R) bool) (bool, R, error) {
 	var zero R
 	var unknown error // the first try whose outcome is unknown
+	tries := 0
 	fail := func(err error) error {
-		ferr := s.fail(op, err)
-		if unknown != nil && errors.Is(ferr, eventstore.ErrClosed) {
-			return fmt.Errorf("cassandra: %s: outcome unknown: a try failed (%w) and the store closed before a retry could tell (%v)", op, unknown, err)
+		if unknown == nil {
+			return s.fail(op, err)
 		}
-		return ferr
+		if errors.Is(s.fail(op, err), eventstore.ErrClosed) {
+			return fmt.Errorf("cassandra: %s: %w: a try failed (%w) and the store closed before a retry could tell (%v)", op, eventstore.ErrOutcomeUnknown, unknown, err)
+		}
+		if tries == 1 {
+			return fmt.Errorf("cassandra: %s: %w: %w", op, eventstore.ErrOutcomeUnknown, err)
+		}
+		return fmt.Errorf("cassandra: %s: %w after %d tries (the first: %w): %w", op, eventstore.ErrOutcomeUnknown, tries, unknown, err)
 	}
 	for attempt := 0; ; attempt++ {
 		prev := make(map[string]any)
+		tries++
 		applied, err := try(prev)
 		if err == nil {
 			if applied {
@@ -169,11 +196,11 @@ func retryLWT[R any](ctx context.Context, s *Store, op string, logAttrs []any, t
 			}
 			return false, existing, nil
 		}
+		if lwtRetryable(err) && unknown == nil {
+			unknown = err
+		}
 		if !lwtRetryable(err) || attempt+1 >= s.lwtTries {
 			return false, zero, fail(err)
-		}
-		if unknown == nil {
-			unknown = err
 		}
 		s.log.DebugContext(ctx, "cassandra: LWT outcome unknown, retrying", append([]any{"op", op, "attempt", attempt + 1, "err", err}, logAttrs...)...)
 		if err := backoff(ctx, attempt); err != nil {

@@ -210,3 +210,84 @@ func TestRetryCASClosedAfterUnknownOutcome(t *testing.T) {
 		})
 	}
 }
+
+// Every outcome the driver can report for a lightweight transaction has its
+// handling in retryLWT (the live cluster's counterparts are in
+// cluster_test.go): applied; not applied, with the row found; an unknown
+// outcome retried until a try tells (a refusal that finds the earlier
+// try's own effect reports applied) or, when every try fails so,
+// eventstore.ErrOutcomeUnknown wrapping the driver's error; a permanent
+// refusal at once.
+func TestLWTOutcomes(t *testing.T) {
+	key := eventstore.MarkerKey{Scope: eventstore.Scope{Region: "r", Cluster: "c", Service: "s"}, TxID: "tx", Span: 1, Kind: "process", Site: "x"}
+	type try struct {
+		applied bool
+		found   string // the owner a refusal finds
+		err     error
+	}
+	casTimeout := &gocql.RequestErrWriteTimeout{WriteType: "CAS", Consistency: gocql.LocalSerial, Received: 1, BlockFor: 2}
+	unavailable := &gocql.RequestErrUnavailable{Consistency: gocql.LocalSerial, Required: 2, Alive: 1}
+	cases := []struct {
+		name        string
+		tries       []try // the last one repeats
+		wantTries   int
+		wantApplied bool
+		wantFound   string
+		wantErr     []error // what the error wraps; nil: no error
+		notErr      []error
+	}{
+		{name: "applied", tries: []try{{applied: true}}, wantTries: 1, wantApplied: true},
+		{name: "not applied", tries: []try{{found: "other"}}, wantTries: 1, wantFound: "other"},
+		{name: "CAS write timeout, then the retry finds its own write", tries: []try{{err: casTimeout}, {found: "me"}}, wantTries: 2, wantApplied: true},
+		{name: "CAS write timeout, then the retry applies", tries: []try{{err: casTimeout}, {applied: true}}, wantTries: 2, wantApplied: true},
+		{name: "CAS write timeout, then the retry finds another's", tries: []try{{err: casTimeout}, {found: "other"}}, wantTries: 2, wantFound: "other"},
+		{name: "unavailable, then applied", tries: []try{{err: unavailable}, {applied: true}}, wantTries: 2, wantApplied: true},
+		{name: "CAS write timeout every try", tries: []try{{err: casTimeout}}, wantTries: 3,
+			wantErr: []error{eventstore.ErrOutcomeUnknown, casTimeout}, notErr: []error{eventstore.ErrPermanent, eventstore.ErrClosed}},
+		{name: "unavailable every try", tries: []try{{err: unavailable}}, wantTries: 3,
+			wantErr: []error{eventstore.ErrOutcomeUnknown, unavailable}},
+		{name: "CAS write unknown every try", tries: []try{{err: &gocql.RequestErrCASWriteUnknown{}}}, wantTries: 3,
+			wantErr: []error{eventstore.ErrOutcomeUnknown}},
+		{name: "no response, then unavailable", tries: []try{{err: gocql.ErrTimeoutNoResponse}, {err: unavailable}}, wantTries: 3,
+			wantErr: []error{eventstore.ErrOutcomeUnknown, unavailable}},
+		{name: "refused as invalid", tries: []try{{err: &gocql.RequestErrInvalid{}}}, wantTries: 1,
+			wantErr: []error{eventstore.ErrPermanent}, notErr: []error{eventstore.ErrOutcomeUnknown}},
+		{name: "overloaded: not sent", tries: []try{{err: &gocql.RequestErrOverloaded{}}}, wantTries: 1,
+			notErr: []error{eventstore.ErrOutcomeUnknown, eventstore.ErrPermanent}, wantErr: []error{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Store{log: slog.New(slog.DiscardHandler), lwtTries: 3}
+			n := 0
+			send := func(prev map[string]any) (bool, error) {
+				tr := c.tries[min(n, len(c.tries)-1)]
+				n++
+				if tr.found != "" {
+					prev["state"], prev["owner"] = string(eventstore.MarkerLeased), tr.found
+				}
+				return tr.applied, tr.err
+			}
+			mine := func(m eventstore.Marker) bool { return m.Owner == "me" }
+			applied, found, err := s.retryCAS(context.Background(), "insert marker", key, send, condReader(key), mine)
+			if n != c.wantTries {
+				t.Errorf("%d tries, want %d", n, c.wantTries)
+			}
+			if applied != c.wantApplied || found.Owner != c.wantFound {
+				t.Errorf("applied %v, found %q; want %v, %q", applied, found.Owner, c.wantApplied, c.wantFound)
+			}
+			if (err != nil) != (c.wantErr != nil) {
+				t.Fatalf("err = %v, want an error: %v", err, c.wantErr != nil)
+			}
+			for _, target := range c.wantErr {
+				if !errors.Is(err, target) {
+					t.Errorf("%v does not wrap %v", err, target)
+				}
+			}
+			for _, target := range c.notErr {
+				if errors.Is(err, target) {
+					t.Errorf("%v wraps %v", err, target)
+				}
+			}
+		})
+	}
+}

@@ -40,6 +40,7 @@ type options struct {
 	logger      *slog.Logger
 	now         func() time.Time
 	lwtAttempts int
+	cluster     func(*gocql.ClusterConfig) // tests: adjusts the driver configuration
 }
 
 type optFunc func(*options)
@@ -105,7 +106,9 @@ var (
 // New validates cfg (after filling defaults), applies the schema when
 // cfg.CreateSchema is set, and opens a session on cfg.Keyspace. An invalid
 // configuration fails with an error wrapping ErrInvalidConfig that names
-// each bad key.
+// each bad key, and so does one whose consistency levels the keyspace's
+// replication cannot meet on the cluster's nodes (Config.CheckTopology,
+// whose warnings New logs).
 func New(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	o := options{logger: slog.Default(), now: time.Now, lwtAttempts: 5}
 	for _, opt := range opts {
@@ -127,9 +130,16 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	obs := newObserver()
 	cl := cfg.clusterWith(tlsCfg, obs, obs)
 	cl.Logger = slogLogger{o.logger}
+	if o.cluster != nil {
+		o.cluster(cl)
+	}
 	session, err := createSession(ctx, cl)
 	if err != nil {
 		return nil, fmt.Errorf("cassandra: connect to %v keyspace %s: %w", cfg.ContactPoints, cfg.Keyspace, err)
+	}
+	if err := checkTopology(ctx, session, cfg, o.logger); err != nil {
+		session.Close()
+		return nil, err
 	}
 	s := &Store{
 		session:  session,

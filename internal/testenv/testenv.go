@@ -492,3 +492,15 @@ func ClosedAddr(t testing.TB) string {
 	}
 	return addr
 }
+
+// skipOrFail fails t when required, and skips it otherwise, with the same
+// message (the cluster's helpers in cluster.go skip through it: this file
+// is the only one allowed to skip).
+func skipOrFail(t testing.TB, required bool, format string, args ...any) {
+	t.Helper()
+	if required {
+		t.Fatalf(format, args...)
+		return
+	}
+	t.Skipf(format, args...)
+}

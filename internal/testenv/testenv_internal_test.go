@@ -134,3 +134,39 @@ func TestPostgresMissingSkipsOrFails(t *testing.T) {
 		t.Fatalf("unreachable: %v, want an error saying how to start it", pgErr)
 	}
 }
+
+// The cluster's helpers skip when its variables are unset (fail with
+// STACKSAGA_REQUIRE_CLUSTER=1), and fail when they are set but a node does
+// not answer and STACKSAGA_REQUIRE_SERVICES=1 (skip without it).
+func TestClusterEndpointsSkipOrFail(t *testing.T) {
+	closed := ClosedAddr(t)
+	for _, c := range []struct {
+		name                  string
+		hosts, require, reqCl string
+		wantFatal             bool
+	}{
+		{"unset", "", "", "", false},
+		{"unset, services required", "", "1", "", false},
+		{"unset, cluster required", "", "", "1", true},
+		{"unreachable", closed, "", "", false},
+		{"unreachable, services required", closed, "1", "", true},
+		{"one node of two unreachable, services required", ClosedAddr(t) + "," + closed, "1", "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(EnvCassandraClusterHosts, c.hosts)
+			t.Setenv(EnvKafkaClusterBrokers, c.hosts)
+			t.Setenv(EnvRequireServices, c.require)
+			t.Setenv(EnvRequireCluster, c.reqCl)
+			for name, get := range map[string]func(testing.TB){
+				"cassandra": func(tb testing.TB) { CassandraClusterNodes(tb) },
+				"kafka":     func(tb testing.TB) { KafkaClusterBrokers(tb) },
+			} {
+				r := &recordingTB{TB: t}
+				get(r)
+				if got := r.fatal != ""; got != c.wantFatal || (r.fatal == "") == (r.skipped == "") {
+					t.Errorf("%s: fatal %q, skipped %q; want fatal: %v", name, r.fatal, r.skipped, c.wantFatal)
+				}
+			}
+		})
+	}
+}
