@@ -121,6 +121,10 @@ type Env struct {
 	execs  map[attemptKey]int   // handler executions
 	total  map[Execution]int    // handler executions over every attempt
 	delivs map[attemptKey]int   // commands handed to guards
+	// results holds the outcome the guard replied for each attempt whose
+	// handler ran (its last run's): a later attempt may be answered with
+	// it, recorded by the guard, without running.
+	results map[attemptKey]topics.Outcome
 	sagas  map[sagaRef]struct{} // sagas whose commands reached a guard
 
 	seed     int64
@@ -218,6 +222,7 @@ func New(t TB, opts ...Option) *Env {
 		execs:    make(map[attemptKey]int),
 		total:    make(map[Execution]int),
 		delivs:   make(map[attemptKey]int),
+		results:  make(map[attemptKey]topics.Outcome),
 		seed:     cfg.seed,
 		sagas:    make(map[sagaRef]struct{}),
 		twins:    rendezvous{slots: make(map[string]*meeting)},
@@ -367,6 +372,13 @@ func commandKey(cmd *topics.Envelope) attemptKey {
 	return attemptKey{Execution{TxID: cmd.TxID, Span: cmd.Span, Kind: cmd.Kind}, cmd.Attempt}
 }
 
+// ranWith records that x's handler ran and the guard answered outcome.
+func (e *Env) ranWith(x attemptKey, outcome topics.Outcome) {
+	e.execMu.Lock()
+	e.results[x] = outcome
+	e.execMu.Unlock()
+}
+
 // count records one execution of x.
 func (e *Env) count(x attemptKey) {
 	e.execMu.Lock()
@@ -436,7 +448,7 @@ func (e *Env) AssertExactlyOnce() bool {
 	e.t.Helper()
 	e.Settle()
 	e.execMu.Lock()
-	counts, total, delivs := maps.Clone(e.execs), maps.Clone(e.total), maps.Clone(e.delivs)
+	counts, total, delivs, results := maps.Clone(e.execs), maps.Clone(e.total), maps.Clone(e.delivs), maps.Clone(e.results)
 	sagas := slices.Collect(maps.Keys(e.sagas))
 	e.execMu.Unlock()
 	var bad []string
@@ -445,7 +457,7 @@ func (e *Env) AssertExactlyOnce() bool {
 			bad = append(bad, fmt.Sprintf("%s ran %d times", x, n))
 		}
 	}
-	never, err := e.neverRan(sagas, counts, total, delivs)
+	never, err := e.neverRan(sagas, counts, total, delivs, results)
 	if err != nil {
 		e.t.Errorf("sagatest: AssertExactlyOnce: %v", err)
 	}
@@ -466,7 +478,7 @@ func (e *Env) AssertExactlyOnce() bool {
 // neverRan reads the tryouts of sagas and describes every step whose
 // deciding reply (ok or non_retryable) answered an attempt that reached a
 // guard but never ran, null compensations excepted.
-func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int) ([]string, error) {
+func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, results map[attemptKey]topics.Outcome) ([]string, error) {
 	e.mu.Lock()
 	stores := make(map[sagaRef]eventstore.Store, len(e.orchs))
 	for _, o := range e.orchs {
@@ -497,7 +509,7 @@ func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Exe
 				errs = append(errs, fmt.Errorf("tryouts of %s: %w", ref.txID, err))
 				return
 			}
-			out = append(out, unexecuted(ref.txID, tries, counts, total, delivs)...)
+			out = append(out, unexecuted(ref.txID, tries, counts, total, delivs, results)...)
 		})
 	}
 	wg.Wait()
@@ -506,8 +518,12 @@ func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Exe
 
 // unexecuted describes the steps of txID whose deciding reply in tries
 // (ok or non_retryable) answered an attempt whose command reached a guard
-// but whose handler never ran.
-func unexecuted(txID string, tries []eventstore.Tryout, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int) []string {
+// but whose handler never ran, unless a run of an earlier attempt was
+// answered with that outcome: the guard answers a later attempt (a step timeout
+// re-sent the step while the first run's reply was late) with the reply
+// it recorded for the earlier one. A handler that failed retryably excuses
+// nothing.
+func unexecuted(txID string, tries []eventstore.Tryout, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, results map[attemptKey]topics.Outcome) []string {
 	final := make(map[Execution]eventstore.Tryout) // the deciding reply of each step
 	for _, tr := range tries {
 		if tr.Outcome == string(topics.OutcomeOK) || tr.Outcome == string(topics.OutcomeNonRetryable) {
@@ -517,7 +533,7 @@ func unexecuted(txID string, tries []eventstore.Tryout, counts map[attemptKey]in
 	var out []string
 	for x, tr := range final {
 		k := attemptKey{x, tr.Attempt}
-		if counts[k] > 0 || delivs[k] == 0 {
+		if counts[k] > 0 || delivs[k] == 0 || ranEarlierWith(results, k, topics.Outcome(tr.Outcome)) {
 			continue
 		}
 		action := Execution{TxID: txID, Span: x.Span, Kind: topics.KindProcess}
@@ -751,4 +767,15 @@ type testWriter struct{ t TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Logf("%s", strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// ranEarlierWith reports whether an attempt of k's step before k's own
+// ran its handler and was answered with outcome.
+func ranEarlierWith(results map[attemptKey]topics.Outcome, k attemptKey, outcome topics.Outcome) bool {
+	for a := range k.attempt {
+		if got, ok := results[attemptKey{k.Execution, a}]; ok && got == outcome {
+			return true
+		}
+	}
+	return false
 }

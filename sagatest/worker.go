@@ -522,6 +522,7 @@ func (g *instanceGuard) execute(ctx context.Context, cmd *topics.Envelope, run f
 		}
 	}()
 	var crashAfter int64 // the execution that crashes after the reply
+	ran := false         // the handler ran in this call
 	guarded := func(run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error) {
 		if o, ok := g.inner.(overlapper); ok && overlapped {
 			return o.ExecuteOverlapped(ctx, cmd, run)
@@ -550,8 +551,14 @@ func (g *instanceGuard) execute(ctx context.Context, cmd *topics.Envelope, run f
 			e.fault(FaultRestart, g.in, total, cmd)
 			e.requestRestart(restartRequest{guard: g, rewind: true})
 		}
+		ran = true
 		return run(ctx)
 	})
+	if ran && err == nil && reply != nil {
+		// What the guard answered for a run of the handler: it may answer
+		// a later attempt so too, from what it recorded.
+		e.ranWith(commandKey(cmd), reply.Outcome)
+	}
 	if crashAfter > 0 && g.crash(&e.stats.crashesBeforeReply) {
 		e.fault(FaultCrashBeforeReply, g.in, crashAfter, cmd)
 	}
