@@ -34,7 +34,12 @@
 // Lists are newest first (by transaction id, which starts with the
 // creation time), cover a creation-time range (from, to: RFC 3339 or unix
 // milliseconds; default the last 24 hours, at most 31 days), and page with
-// the cursor "next" passed back as "after".
+// the cursor "next" passed back as "after". A list reads each listed
+// saga's state from the store; the health counts come from the index (and
+// the recovery directory and frozen table, states checked in the store),
+// computed at most every WithHealthCache (health_cache_ms in
+// /api/config); a state change a list or an admin action reads from the
+// store is written to the index and ends the cached health at once.
 //
 // # Admin actions
 //

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -316,9 +317,11 @@ type Handler struct {
 	token   [32]byte // sha256 of the admin token
 	read    [32]byte // sha256 of the read token
 
-	healthMu  sync.Mutex
-	healthAt  time.Time
-	healthDoc *Health
+	healthMu     sync.Mutex
+	healthAt     time.Time
+	healthDoc    *Health
+	healthDocGen uint64        // healthGen when healthDoc was computed
+	healthGen    atomic.Uint64 // bumped by learned: the index moved on
 }
 
 // New returns the Trace Window of scope's sagas in store.
@@ -527,10 +530,15 @@ type ConfigDoc struct {
 	States       []eventstore.State `json:"states"`
 	RefreshMS    int64              `json:"refresh_ms"`
 	HealthWindow int64              `json:"health_window_ms"`
-	DefaultRange int64              `json:"default_range_ms"`
-	MaxRange     int64              `json:"max_range_ms"`
-	MaxLimit     int                `json:"max_limit"`
-	TraceLink    string             `json:"trace_link,omitempty"`
+	// HealthCacheMS is how long one health document is served before it
+	// is computed again (WithHealthCache): the most its counts can lag the
+	// index. A state change a list or an admin action read from the store
+	// ends the cached document at once.
+	HealthCacheMS int64  `json:"health_cache_ms"`
+	DefaultRange  int64  `json:"default_range_ms"`
+	MaxRange      int64  `json:"max_range_ms"`
+	MaxLimit      int    `json:"max_limit"`
+	TraceLink     string `json:"trace_link,omitempty"`
 	// Audit says the store keeps the admin actions' audit trail.
 	Audit bool `json:"audit"`
 }
@@ -542,7 +550,7 @@ func (h *Handler) apiConfig(w http.ResponseWriter, _ *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, ConfigDoc{
 		Scope: ScopeView{Region: h.scope.Region, Cluster: h.scope.Cluster, Service: h.scope.Service}, Index: h.cfg.index != nil, Admin: acts, States: States,
-		RefreshMS: h.cfg.refresh.Milliseconds(), HealthWindow: h.cfg.healthWindow.Milliseconds(),
+		RefreshMS: h.cfg.refresh.Milliseconds(), HealthWindow: h.cfg.healthWindow.Milliseconds(), HealthCacheMS: h.cfg.healthTTL.Milliseconds(),
 		DefaultRange: DefaultListRange.Milliseconds(), MaxRange: MaxRange.Milliseconds(), MaxLimit: MaxListLimit,
 		TraceLink: h.cfg.traceLink, Audit: h.auditor != nil,
 	})
@@ -790,8 +798,9 @@ func (h *Handler) recent(ctx context.Context, q Query) (Page, error) {
 // verify reads the live state of each entry from the store (the index is
 // fed asynchronously and misses changes made without the orchestrator,
 // such as sagactl restore); an entry whose state moved is refreshed from
-// the saga row, written back to the index, and dropped when it no longer
-// passes the state filter.
+// the saga row, written back to the index (learned: the health counts,
+// read from the index, then agree with the list), and dropped when it no
+// longer passes the state filter.
 func (h *Handler) verify(ctx context.Context, entries []Entry, states []eventstore.State) ([]Entry, error) {
 	sr, ok := h.store.(eventstore.StateReader)
 	if !ok || len(entries) == 0 {
@@ -802,6 +811,7 @@ func (h *Handler) verify(ctx context.Context, entries []Entry, states []eventsto
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
+	var moved []Entry // entries whose state the index had not seen
 	for i := range entries {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -814,7 +824,9 @@ func (h *Handler) verify(ctx context.Context, entries []Entry, states []eventsto
 				var tx eventstore.Transaction
 				if tx, err = h.store.LoadTransaction(ctx, h.scope, e.TxID); err == nil {
 					e = EntryOf(&tx)
-					h.cfg.index.Observe(h.scope, e)
+					mu.Lock()
+					moved = append(moved, e)
+					mu.Unlock()
 				}
 			}
 			switch {
@@ -834,6 +846,9 @@ func (h *Handler) verify(ctx context.Context, entries []Entry, states []eventsto
 		}()
 	}
 	wg.Wait()
+	// Write them back, so that the health counts (read from the index)
+	// agree with what this list shows.
+	h.learned(ctx, moved...)
 	if firstErr != nil {
 		return nil, firstErr
 	}
@@ -1029,9 +1044,7 @@ func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action s
 	doc := map[string]any{"ok": true, "action": action, "tx_id": id, "audit": audit}
 	if tx, err := h.store.LoadTransaction(r.Context(), h.scope, id); err == nil {
 		e := EntryOf(&tx)
-		if h.cfg.index != nil {
-			h.cfg.index.Observe(h.scope, e)
-		}
+		h.learned(r.Context(), e)
 		doc["saga"] = e
 	}
 	writeJSON(w, http.StatusOK, doc)

@@ -28,11 +28,17 @@ type Health struct {
 	RetryPending     int                                 `json:"retry_pending"`
 	Disabled         int                                 `json:"disabled"`
 	Terminated       int                                 `json:"terminated"`
-	// RetryRegistered counts the sagas with a retry registered in the
-	// recovery directory (recovery.ListRetryPending's candidates); Frozen
-	// the rows of the frozen table.
-	RetryRegistered int `json:"retry_registered"`
-	Frozen          int `json:"frozen"`
+	// RetryRegistered counts the sagas still RETRY_PENDING (their state
+	// read from the store when the document is computed) that have a retry
+	// registered in the recovery directory: recovery.ListRetryPending's
+	// sagas, at most MaxHealthRetries (then RetryRegisteredTruncated). A
+	// directory entry whose saga was re-driven since (an in-process retry
+	// registers its durable fallback minutes ahead) is not counted, though
+	// it stays until a retry node scans its window. Frozen counts the rows
+	// of the frozen table.
+	RetryRegistered          int  `json:"retry_registered"`
+	RetryRegisteredTruncated bool `json:"retry_registered_truncated,omitempty"`
+	Frozen                   int  `json:"frozen"`
 	// Index reports what the index read: rows scanned, and whether the
 	// count stopped early (then it covers the newest sagas only).
 	Index *IndexStats `json:"index,omitempty"`
@@ -52,16 +58,57 @@ type IndexStats struct {
 	Truncated bool `json:"truncated"`
 }
 
+// MaxHealthRetries bounds Health.RetryRegistered: the sagas it counts are
+// loaded from the store each time the document is computed.
+const MaxHealthRetries = 200
+
+// apiHealth serves the health document, computed again when the cached
+// one is healthTTL old or older, or when the handler learned a state
+// change the index had not seen (staleHealth) since it was computed.
 func (h *Handler) apiHealth(w http.ResponseWriter, r *http.Request) {
 	h.healthMu.Lock()
 	defer h.healthMu.Unlock()
 	now := h.cfg.now()
-	if h.healthDoc == nil || now.Sub(h.healthAt) >= h.cfg.healthTTL || now.Before(h.healthAt) {
+	gen := h.healthGen.Load()
+	if h.healthDoc == nil || h.healthDocGen != gen || now.Sub(h.healthAt) >= h.cfg.healthTTL || now.Before(h.healthAt) {
 		h.healthDoc = h.health(r.Context(), now)
-		h.healthAt = now
+		h.healthAt, h.healthDocGen = now, gen
 	}
 	writeJSON(w, http.StatusOK, h.healthDoc)
 }
+
+// flusher is an Index that writes asynchronously (cassandraindex.Index):
+// Flush waits until what was observed before the call is written.
+type flusher interface {
+	Flush(ctx context.Context) error
+}
+
+// learned records entries the handler read from the store that the index
+// did not hold (a list's verify, an admin action): it writes them to the
+// index, waits until an asynchronous index has written them (at most
+// flushTimeout), and marks the cached health document stale, so that the
+// next GET /api/health counts what the list has just shown.
+func (h *Handler) learned(ctx context.Context, entries ...Entry) {
+	if h.cfg.index == nil || len(entries) == 0 {
+		return
+	}
+	for _, e := range entries {
+		h.cfg.index.Observe(h.scope, e)
+	}
+	if f, ok := h.cfg.index.(flusher); ok {
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		err := f.Flush(fctx)
+		cancel()
+		if err != nil {
+			h.cfg.logger.Warn("tracewindow: index flush after a state read from the store", "err", err)
+		}
+	}
+	h.healthGen.Add(1)
+}
+
+// flushTimeout bounds how long a request waits for the index to write the
+// states it learned.
+const flushTimeout = 5 * time.Second
 
 // health computes the health document at now.
 func (h *Handler) health(ctx context.Context, now time.Time) *Health {
@@ -99,10 +146,12 @@ func (h *Handler) health(ctx context.Context, now time.Time) *Health {
 	} else {
 		doc.Errors = append(doc.Errors, "no index: in-flight counts need tracewindow.WithIndex")
 	}
-	if rp, err := recovery.ListRetryPending(ctx, h.store, h.scope, h.cfg.rcfg, now, recovery.Page{Limit: 1}); err != nil {
+	// Count the sagas the directory names that are still RETRY_PENDING:
+	// its entries outlive their sagas' re-drives by minutes.
+	if rp, err := recovery.ListRetryPending(ctx, h.store, h.scope, h.cfg.rcfg, now, recovery.Page{Limit: MaxHealthRetries}); err != nil {
 		doc.Errors = append(doc.Errors, "retry directory: "+err.Error())
 	} else {
-		doc.RetryRegistered = rp.Candidates
+		doc.RetryRegistered, doc.RetryRegisteredTruncated = len(rp.Sagas), rp.Next != ""
 	}
 	if fl, err := recovery.ListFrozen(ctx, h.store, h.scope, recovery.FrozenAll, recovery.Page{Limit: 1}); err != nil {
 		doc.Errors = append(doc.Errors, "frozen table: "+err.Error())

@@ -219,7 +219,8 @@
         el('a', { href: sagaHref(o.tx_id), class: 'mono', text: o.tx_id.slice(0, 13) + '…' })));
     }
     box.appendChild(chip('retry pending', h.retry_pending, h.retry_pending ? 'warn' : ''));
-    box.appendChild(chip('retries registered', h.retry_registered, '', 'sagas with a retry registered in the recovery directory'));
+    box.appendChild(chip('retries registered', h.retry_registered + (h.retry_registered_truncated ? '+' : ''), '',
+      'RETRY_PENDING sagas with a retry registered in the recovery directory'));
     box.appendChild(chip('frozen', h.frozen, h.frozen ? 'warn' : '', 'rows of the frozen table'));
     box.appendChild(chip('disabled', h.disabled, h.disabled ? 'bad' : ''));
     box.appendChild(chip('terminated', h.terminated, h.terminated ? 'bad' : '', 'COMPENSATION_FAILED'));
