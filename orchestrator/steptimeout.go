@@ -19,7 +19,9 @@ import (
 // out", then a retry (or the policy's exhaustion), and the attempt's late
 // reply is stale (its attempt number is behind). Timers do not outlive
 // their process: a saga stalled by a crash is found by its restore
-// watchdog.
+// watchdog, which follows the step timeouts (restoreAfter in recovery.go):
+// a retry node restores it about its step timeout plus
+// recovery.RestoreMargin after its last transition, within one window more.
 
 // stepTimeout returns the step timeout of tx's current step (0: none).
 // Resolved once per endpoint: the configuration does not change after New.

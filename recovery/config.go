@@ -43,6 +43,12 @@ const (
 	// orchestrator treats it as failed retryably (step-timeout): a web
 	// request's order of magnitude.
 	DefaultStepTimeout = 30 * time.Second
+	// RestoreMargin is added to a step's timeout to make its saga's
+	// restore watchdog due: a saga whose step has had no reply for its
+	// step timeout plus this margin is restored by a retry node (its
+	// orchestrator, if alive, failed the attempt at the timeout and moved
+	// the saga on, which a pickup sees and rolls the watchdog forward).
+	RestoreMargin = 10 * time.Second
 )
 
 // Bounds of the settings.
