@@ -64,6 +64,10 @@ type config struct {
 	keyGrace, keyRetention time.Duration
 	// waitPoll bounds the intervals of Wait's reads.
 	waitPoll [2]time.Duration
+	// sagaTimeout is WithSagaTimeout's (sagaTimeoutSet: given; otherwise
+	// the recovery configuration's deadline of the domain applies).
+	sagaTimeout    time.Duration
+	sagaTimeoutSet bool
 }
 
 func defaultConfig() config {
@@ -247,6 +251,21 @@ func WithDeliveryTimeout(d time.Duration) Option {
 // in flight may still publish their next commands. Default 15s.
 func WithShutdownGrace(d time.Duration) Option {
 	return optFunc(func(c *config) { c.shutdownGrace = d })
+}
+
+// WithSagaTimeout sets the domain's saga-level deadline (Temporal's
+// workflow execution timeout), counted from the saga's creation: a saga
+// whose forward steps have not all completed by then fails non-retryably
+// with an error saying "saga timed out" and compensates the steps that
+// completed (a step whose reply comes after the deadline included; a
+// parked retry is not re-driven; the step in flight is failed at the
+// deadline by its timer). Compensation itself is not bounded by it, and a
+// paused saga is held by its pause deadline instead. 0 turns it off; it
+// overrides the recovery configuration's
+// stacksaga.cassandra.recovery.deadline.domains.<domain>.saga-timeout
+// (none by default). Valid: 0 or 10ms..recovery.MaxSagaTimeout.
+func WithSagaTimeout(d time.Duration) Option {
+	return optFunc(func(c *config) { c.sagaTimeout, c.sagaTimeoutSet = d, true })
 }
 
 // WithRecovery sets the recovery configuration (see package recovery and

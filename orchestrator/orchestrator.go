@@ -80,6 +80,10 @@ var (
 	// in flight: it is terminal, paused or parked in RETRY_PENDING (use
 	// Redrive for those).
 	ErrNotInFlight = errors.New("orchestrator: saga has no step in flight")
+	// ErrSagaTimedOut means Redrive found the saga past its saga-level
+	// deadline (WithSagaTimeout): instead of re-sending its step it failed
+	// the saga, whose compensation has begun.
+	ErrSagaTimedOut = errors.New("orchestrator: saga timed out")
 	// ErrNoCallbackTopic means Start found the domain's callback topic
 	// missing and topic provisioning is disabled (WithoutProvision): a
 	// worker could not reply, so no saga is started.
@@ -270,6 +274,12 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		errs = append(errs, fmt.Errorf("orchestrator: WithClaimLease(%v): want at least 1s", cfg.claimLease))
 	}
 	errs = append(errs, cfg.businessKeyDefaults()...)
+	if d := cfg.sagaTimeout; cfg.sagaTimeoutSet && (d < 0 || d > recovery.MaxSagaTimeout || (d > 0 && d < 10*time.Millisecond)) {
+		errs = append(errs, fmt.Errorf("orchestrator: WithSagaTimeout(%v): want 0 (none) or 10ms..%v", d, recovery.MaxSagaTimeout))
+	}
+	if !cfg.sagaTimeoutSet {
+		cfg.sagaTimeout = cfg.recovery.SagaTimeout(domain.Name)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -1036,6 +1046,9 @@ func (o *Orchestrator[T]) prepareRedriveAt(ctx context.Context, txID string, ver
 	}
 	if version != 0 && tx.Version != version {
 		return tx, fmt.Errorf("%w: %s was parked again since (version %d, not %d)", ErrNotRetryPending, txID, tx.Version, version)
+	}
+	if o.pastDeadline(&tx, o.cfg.now()) {
+		return tx, o.failParked(ctx, &tx)
 	}
 	from := tx.State
 	tx.Attempt++

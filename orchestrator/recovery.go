@@ -182,7 +182,7 @@ func (o *Orchestrator[T]) redriveEntry(ctx context.Context, e eventstore.Recover
 		return recovery.Later(o.watchdogDelay(&tx, now), "in progress")
 	}
 	if err := o.Restore(ctx, tx.TxID); err != nil {
-		if errors.Is(err, ErrNotInFlight) {
+		if errors.Is(err, ErrNotInFlight) || errors.Is(err, ErrSagaTimedOut) {
 			return nil
 		}
 		return err
@@ -235,7 +235,7 @@ func (o *Orchestrator[T]) watchAgain(tx *eventstore.Transaction, reason string) 
 // counts as handled.
 func (o *Orchestrator[T]) redriveParked(ctx context.Context, txID string) (err error) {
 	err = o.redriveParkedAt(ctx, txID, 0)
-	if errors.Is(err, ErrNotRetryPending) {
+	if errors.Is(err, ErrNotRetryPending) || errors.Is(err, ErrSagaTimedOut) {
 		return nil
 	}
 	return err

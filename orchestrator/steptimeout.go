@@ -39,7 +39,13 @@ func (o *Orchestrator[T]) stepTimeout(tx *eventstore.Transaction) time.Duration 
 func (o *Orchestrator[T]) timeStep(tx *eventstore.Transaction) {
 	switch tx.State {
 	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating:
-		if d := o.stepTimeout(tx); d > 0 {
+		d := o.stepTimeout(tx)
+		if left, ok := o.untilDeadline(tx); ok && (d <= 0 || left < d) {
+			// The saga's deadline comes first: its step is failed then,
+			// which fails the saga (apply).
+			d = max(left, time.Millisecond)
+		}
+		if d > 0 {
 			txID, version := tx.TxID, tx.Version
 			o.steps.arm(txID, d, func() { o.stepTimedOut(txID, version, d) })
 			return
