@@ -321,6 +321,13 @@ const (
 	// the key names, and no saga with it exists. A hook that blocks here
 	// and returns false makes a slow Start instead.
 	FaultAfterClaim
+	// FaultLoseCommand: a command is lost on its way to the worker (as if
+	// the broker dropped it): nothing is published, yet the orchestrator
+	// goes on as if it had been, and stays alive: its step timer fails the
+	// attempt at the step timeout and the step is retried. The saga is not
+	// abandoned (Stats.Abandoned does not count it). Asked before every
+	// command is published.
+	FaultLoseCommand
 )
 
 // String names the point.
@@ -336,6 +343,8 @@ func (p FaultPoint) String() string {
 		return "park-retry"
 	case FaultAfterClaim:
 		return "after-claim"
+	case FaultLoseCommand:
+		return "lose-command"
 	}
 	return fmt.Sprintf("FaultPoint(%d)", int(p))
 }

@@ -1092,6 +1092,10 @@ func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transactio
 	if err != nil {
 		return err
 	}
+	if o.cfg.fault != nil && o.cfg.fault(FaultLoseCommand, tx.TxID) {
+		o.stats.commands.Add(1) // sent, as far as this process knows
+		return nil
+	}
 	rec := &kgo.Record{Topic: topics.CommandTopic(step.Service), Key: []byte(tx.TxID), Value: b}
 	if err := o.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("orchestrator: publish command %s span %d: %w", tx.TxID, tx.Span, err)
