@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -41,7 +46,7 @@ import (
 //     no step timer left); a retry node restores it from its watchdog;
 //     from the abandonment to the step's reply applied. Target: within the
 //     step timeout + 10s.
-var recoveryCellNames = []string{"transient", "stalled", "stalled-crash"}
+var recoveryCellNames = []string{"transient", "stalled", "stalled-crash", "crash"}
 
 // recoveryResult is one recovery cell's figures.
 type recoveryResult struct {
@@ -95,10 +100,17 @@ func runRecovery(ctx context.Context, o options, cells string, stdout, stderr io
 	}()
 	var results []recoveryResult
 	for _, n := range names {
+		suffix := "r" + runID + "-" + n
 		rig := &recoveryRig{brokers: splitList(o.kafka), kopts: o.kafkaOpts, store: store,
-			names: placeorder.DefaultNames().WithSuffix("r" + runID + "-" + n), logger: newLogger(stderr, o.verbose)}
+			names: placeorder.DefaultNames().WithSuffix(suffix), suffix: suffix, logger: newLogger(stderr, o.verbose), progress: progress}
 		progress("%s: running", n)
-		res, err := rig.run(ctx, n, o.recoverySagas, o.timeout)
+		var res recoveryResult
+		var err error
+		if n == "crash" {
+			res, err = rig.runCrash(ctx, o, o.timeout)
+		} else {
+			res, err = rig.run(ctx, n, o.recoverySagas, o.timeout)
+		}
 		deleteTopics(rig.brokers, rig.kopts, frameworkTopics(rig.names))
 		if err != nil {
 			res.Err = err.Error()
@@ -146,7 +158,10 @@ type recoveryRig struct {
 	kopts   []kgo.Opt
 	store   *cassandra.Store
 	names   placeorder.Names
+	suffix  string // of names
 	logger  *slog.Logger
+	// progress reports on stderr (nil: nothing).
+	progress func(format string, args ...any)
 }
 
 // marks pairs, per saga, when the measured interval began and ended.
@@ -323,5 +338,260 @@ func (r *recoveryRig) run(ctx context.Context, cell string, n int, timeout time.
 	}
 	ds := m.durations()
 	res.N, res.P50, res.P99, res.Max = len(ds), quantile(ds, 0.5), quantile(ds, 0.99), ds[len(ds)-1]
+	return res, nil
+}
+
+// The crash cell (recovery-crash): the orchestrator and the three workers
+// run in two child processes of this binary (--recovery-child), with
+// static instance ids, while this process starts sagas (an orchestrator
+// that only starts them) and follows each in the store. Each round
+// SIGKILLs both children with sagas in flight and restarts them at once
+// under the same ids; from the kill to each affected saga's next
+// transition (its version moving past what it was when the children died).
+// Target: p99 <= 15s.
+
+// recoveryChild runs one child of the crash cell until it is killed: role
+// "orchestrator" (the domain's orchestrator) or "workers" (its three
+// workers), under instance id, on the names with suffix, in keyspace
+// o.keyspace. It prints "ready" once consuming.
+func recoveryChild(ctx context.Context, o options, role, suffix, id string, stdout, stderr io.Writer) int {
+	var err error
+	if o.cassandraCfg, o.cassandraCluster, err = cassandraenv.Config("--cassandra", splitList(o.cassandra), o.keyspace, o.lookup); err != nil {
+		fmt.Fprintln(stderr, "sagabench child:", err)
+		return 2
+	}
+	// The parent applied the schema: a restarted process opens the store
+	// as a production one does (the schema applied once, by sagactl).
+	o.cassandraCfg.CreateSchema = false
+	store, err := openStore(ctx, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "sagabench child:", err)
+		return 1
+	}
+	defer store.Close()
+	names := placeorder.DefaultNames().WithSuffix(suffix)
+	brokers, logger := splitList(o.kafka), newLogger(stderr, o.verbose)
+	errc := make(chan error, 4)
+	var ready []<-chan struct{}
+	switch role {
+	case "orchestrator":
+		orc, err := orchestrator.New(names.Order, placeorder.SagaNamed(names), orchestrator.WithBrokers(brokers...),
+			orchestrator.WithKafkaOpts(o.kafkaOpts...), orchestrator.WithStore(store), orchestrator.WithLogger(logger),
+			orchestrator.WithInstanceID(id))
+		if err != nil {
+			fmt.Fprintln(stderr, "sagabench child:", err)
+			return 1
+		}
+		go func() { errc <- orc.Run(ctx) }()
+		ready = append(ready, orc.Running())
+	case "workers":
+		for svc, reg := range map[string]func(*worker.Worker, placeorder.Observer) error{
+			names.Inventory: placeorder.RegisterInventory, names.Payment: placeorder.RegisterPayment, names.Shipping: placeorder.RegisterShipping,
+		} {
+			g, err := writeprotect.New(store, writeprotect.DefaultConfig(), writeprotect.WithLogger(logger), writeprotect.WithOwner(svc))
+			if err != nil {
+				fmt.Fprintln(stderr, "sagabench child:", err)
+				return 1
+			}
+			w, err := worker.New(svc, worker.WithBrokers(brokers...), worker.WithKafkaOpts(o.kafkaOpts...), worker.WithLogger(logger),
+				worker.WithGuard(g), worker.WithInstanceID(id+"-"+svc))
+			if err == nil {
+				err = reg(w, nil)
+			}
+			if err != nil {
+				fmt.Fprintln(stderr, "sagabench child:", err)
+				return 1
+			}
+			go func() { errc <- w.Run(ctx) }()
+			ready = append(ready, w.Running())
+		}
+	default:
+		fmt.Fprintf(stderr, "sagabench child: unknown role %q\n", role)
+		return 2
+	}
+	for _, r := range ready {
+		select {
+		case <-r:
+		case err := <-errc:
+			fmt.Fprintln(stderr, "sagabench child:", err)
+			return 1
+		}
+	}
+	fmt.Fprintln(stdout, "ready")
+	select {
+	case err := <-errc:
+		if err != nil {
+			fmt.Fprintln(stderr, "sagabench child:", err)
+			return 1
+		}
+	case <-ctx.Done():
+	}
+	return 0
+}
+
+// crashRounds is how many times the crash cell kills its children.
+const crashRounds = 3
+
+// child is a running child process of the crash cell.
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startChild starts this binary as a crash-cell child and waits for its
+// "ready".
+func (r *recoveryRig) startChild(ctx context.Context, o options, role, id string, timeout time.Duration) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--recovery-child", role, "--recovery-suffix", r.suffix, "--recovery-instance", id,
+		"--keyspace", o.keyspace, "--kafka", o.kafka, "--cassandra", o.cassandra}
+	if o.verbose {
+		args = append(args, "-v")
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	readyc := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if sc.Text() == "ready" && !ok {
+				ok = true
+				readyc <- true
+			}
+		}
+		if !ok {
+			readyc <- false
+		}
+		_ = cmd.Wait()
+		close(c.done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case ok := <-readyc:
+		if !ok {
+			return nil, fmt.Errorf("child %s exited before it was ready", role)
+		}
+		return c, nil
+	case <-t.C:
+		c.kill()
+		return nil, fmt.Errorf("child %s not ready after %v", role, timeout)
+	}
+}
+
+// kill SIGKILLs the child and waits for it to be gone.
+func (c *child) kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+// runCrash is the crash cell.
+func (r *recoveryRig) runCrash(ctx context.Context, o options, timeout time.Duration) (recoveryResult, error) {
+	res := recoveryResult{Cell: "recovery-crash", Target: 15 * time.Second}
+	ids := map[string]string{"orchestrator": "sagabench-orch-" + r.suffix, "workers": "sagabench-w-" + r.suffix}
+	kids := map[string]*child{}
+	defer func() {
+		for _, c := range kids {
+			c.kill()
+		}
+	}()
+	start := func() error {
+		for _, role := range []string{"workers", "orchestrator"} {
+			c, err := r.startChild(ctx, o, role, ids[role], timeout)
+			if err != nil {
+				return err
+			}
+			kids[role] = c
+		}
+		return nil
+	}
+	if err := start(); err != nil {
+		return res, err
+	}
+	starter, err := orchestrator.New(r.names.Order, placeorder.SagaNamed(r.names), orchestrator.WithBrokers(r.brokers...),
+		orchestrator.WithKafkaOpts(r.kopts...), orchestrator.WithStore(r.store), orchestrator.WithLogger(r.logger))
+	if err != nil {
+		return res, err
+	}
+	defer starter.Close()
+	scope := starter.Scope()
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopLoad(); wg.Wait() }()
+	var inflight sync.Map // txID -> struct{}
+	for slot := range 16 {
+		wg.Go(func() {
+			for i := 0; loadCtx.Err() == nil; i++ {
+				ord := placeorder.Order{OrderID: fmt.Sprintf("order-%d-%d", slot, i), CustomerID: "c-1", Item: "book", Quantity: 1, Amount: 1999}
+				id, err := starter.Start(loadCtx, ord)
+				if err != nil {
+					continue
+				}
+				inflight.Store(id, struct{}{})
+				for loadCtx.Err() == nil {
+					time.Sleep(100 * time.Millisecond)
+					tx, err := r.store.LoadTransaction(loadCtx, scope, id)
+					if err == nil && tx.State.Terminal() {
+						break
+					}
+				}
+				inflight.Delete(id)
+			}
+		})
+	}
+	var all []time.Duration
+	for round := range crashRounds {
+		time.Sleep(5 * time.Second)
+		killed := time.Now()
+		for _, c := range kids {
+			c.kill()
+		}
+		// Nothing moves the sagas now: their versions are final.
+		affected := map[string]int64{}
+		inflight.Range(func(k, _ any) bool {
+			tx, err := r.store.LoadTransaction(ctx, scope, k.(string))
+			if err == nil && !tx.State.Terminal() {
+				affected[k.(string)] = tx.Version
+			}
+			return true
+		})
+		if err := start(); err != nil {
+			return res, fmt.Errorf("round %d: restart: %w", round+1, err)
+		}
+		restarted := time.Since(killed)
+		n := len(affected)
+		deadline := time.Now().Add(timeout)
+		for len(affected) > 0 && time.Now().Before(deadline) {
+			for id, v := range affected {
+				tx, err := r.store.LoadTransaction(ctx, scope, id)
+				if err == nil && tx.Version > v {
+					all = append(all, time.Since(killed))
+					delete(affected, id)
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if len(affected) > 0 {
+			return res, fmt.Errorf("round %d: %d sagas did not move within %v of the kill", round+1, len(affected), timeout)
+		}
+		r.progress("crash round %d: %d sagas in flight at the kill; children ready again %.1fs after it; last saga moved %.1fs after it",
+			round+1, n, restarted.Seconds(), all[len(all)-1].Seconds())
+	}
+	if len(all) == 0 {
+		return res, errors.New("no saga was in flight at the kills")
+	}
+	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	res.N, res.P50, res.P99, res.Max = len(all), quantile(all, 0.5), quantile(all, 0.99), all[len(all)-1]
 	return res, nil
 }
