@@ -64,6 +64,10 @@ type config struct {
 	keyGrace, keyRetention time.Duration
 	// waitPoll bounds the intervals of Wait's reads.
 	waitPoll [2]time.Duration
+	// sagaTimeout is WithSagaTimeout's (sagaTimeoutSet: given; otherwise
+	// the recovery configuration's deadline of the domain applies).
+	sagaTimeout    time.Duration
+	sagaTimeoutSet bool
 }
 
 func defaultConfig() config {
@@ -249,6 +253,21 @@ func WithShutdownGrace(d time.Duration) Option {
 	return optFunc(func(c *config) { c.shutdownGrace = d })
 }
 
+// WithSagaTimeout sets the domain's saga-level deadline (Temporal's
+// workflow execution timeout), counted from the saga's creation: a saga
+// whose forward steps have not all completed by then fails non-retryably
+// with an error saying "saga timed out" and compensates the steps that
+// completed (a step whose reply comes after the deadline included; a
+// parked retry is not re-driven; the step in flight is failed at the
+// deadline by its timer). Compensation itself is not bounded by it, and a
+// paused saga is held by its pause deadline instead. 0 turns it off; it
+// overrides the recovery configuration's
+// stacksaga.cassandra.recovery.deadline.domains.<domain>.saga-timeout
+// (none by default). Valid: 0 or 10ms..recovery.MaxSagaTimeout.
+func WithSagaTimeout(d time.Duration) Option {
+	return optFunc(func(c *config) { c.sagaTimeout, c.sagaTimeoutSet = d, true })
+}
+
 // WithRecovery sets the recovery configuration (see package recovery and
 // recovery.LoadConfigFile): the window interval, the per-domain retry and
 // restore delays, the retry policy per domain and endpoint, the transaction
@@ -309,6 +328,13 @@ const (
 	// the key names, and no saga with it exists. A hook that blocks here
 	// and returns false makes a slow Start instead.
 	FaultAfterClaim
+	// FaultLoseCommand: a command is lost on its way to the worker (as if
+	// the broker dropped it): nothing is published, yet the orchestrator
+	// goes on as if it had been, and stays alive: its step timer fails the
+	// attempt at the step timeout and the step is retried. The saga is not
+	// abandoned (Stats.Abandoned does not count it). Asked before every
+	// command is published.
+	FaultLoseCommand
 )
 
 // String names the point.
@@ -324,6 +350,8 @@ func (p FaultPoint) String() string {
 		return "park-retry"
 	case FaultAfterClaim:
 		return "after-claim"
+	case FaultLoseCommand:
+		return "lose-command"
 	}
 	return fmt.Sprintf("FaultPoint(%d)", int(p))
 }

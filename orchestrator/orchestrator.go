@@ -80,6 +80,10 @@ var (
 	// in flight: it is terminal, paused or parked in RETRY_PENDING (use
 	// Redrive for those).
 	ErrNotInFlight = errors.New("orchestrator: saga has no step in flight")
+	// ErrSagaTimedOut means Redrive found the saga past its saga-level
+	// deadline (WithSagaTimeout): instead of re-sending its step it failed
+	// the saga, whose compensation has begun.
+	ErrSagaTimedOut = errors.New("orchestrator: saga timed out")
 	// ErrNoCallbackTopic means Start found the domain's callback topic
 	// missing and topic provisioning is disabled (WithoutProvision): a
 	// worker could not reply, so no saga is started.
@@ -119,12 +123,13 @@ type Orchestrator[T any] struct {
 	tel   otelState
 
 	// rec registers watchdogs and retries (nil: WithoutRecovery); engine
-	// is the retry node's engine (nil unless WithRetryNode); restoreAfter
-	// is how long a saga may go without a transition before a restore
-	// pickup re-sends its step.
+	// is the retry node's engine (nil unless WithRetryNode); restoreDelay
+	// is the longest a saga may go without a transition before a restore
+	// pickup re-sends its step (K windows; a step with a timeout is
+	// restored sooner: restoreAfter).
 	rec          *recovery.Writer
 	engine       *recovery.Engine
-	restoreAfter time.Duration
+	restoreDelay time.Duration
 	win          recovery.Windows
 	redriver     recovery.Redriver
 	// retries are the in-process retries of the sagas this orchestrator
@@ -278,6 +283,12 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 		errs = append(errs, fmt.Errorf("orchestrator: WithClaimLease(%v): want at least 1s", cfg.claimLease))
 	}
 	errs = append(errs, cfg.businessKeyDefaults()...)
+	if d := cfg.sagaTimeout; cfg.sagaTimeoutSet && (d < 0 || d > recovery.MaxSagaTimeout || (d > 0 && d < 10*time.Millisecond)) {
+		errs = append(errs, fmt.Errorf("orchestrator: WithSagaTimeout(%v): want 0 (none) or 10ms..%v", d, recovery.MaxSagaTimeout))
+	}
+	if !cfg.sagaTimeoutSet {
+		cfg.sagaTimeout = cfg.recovery.SagaTimeout(domain.Name)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -780,7 +791,10 @@ func (o *Orchestrator[T]) create(ctx context.Context, tx *eventstore.Transaction
 				return o.watched.CreateTransactionWatched(ctx, *tx, nil, e)
 			}
 		}
-		path, via, err := o.rec.RegisterRestoreVia(ctx, o.scope, tx.TxID, o.domain.Name, write)
+		// Due when the first step's timeout (plus a margin) has passed:
+		// the watchdog follows the saga (see redriveEntry).
+		delay := o.watchdogDelay(tx, o.cfg.now())
+		path, via, err := o.rec.RegisterWatchdog(ctx, o.scope, tx.TxID, o.domain.Name, delay, write)
 		switch {
 		case via && errors.Is(err, recovery.ErrLate):
 			// The saga and its watchdog are written, only late for a retry
@@ -850,7 +864,7 @@ func (o *Orchestrator[T]) failStart(ctx context.Context, tx eventstore.Transacti
 	end.State, end.Error = eventstore.StateCompensated, "start failed: "+cause.Error()
 	end.Kind, end.Endpoint, end.Attempt = "", "", 0 // the step was never sent
 	end.Version++
-	err := o.markStartFailed(ctx, tx.UpdatedAt, end)
+	err := o.markStartFailed(ctx, tx.UpdatedAt, o.restoreAfter(&tx), end)
 	if err == nil {
 		o.stats.startsMarked.Add(1)
 		o.cleanUp(ctx, &end) // the saga is terminal: as any that ends
@@ -884,12 +898,12 @@ var errNoTimeToMark = errors.New("no time left before a retry node could restore
 // markStartFailed writes end, a saga created at created marked failed,
 // again with backoff while the write may have failed without landing, for
 // at most failStartBudget and only while no retry node could restore the
-// saga (half the restore delay after its create, on the orchestrator's
-// clock).
-func (o *Orchestrator[T]) markStartFailed(ctx context.Context, created time.Time, end eventstore.Transaction) error {
+// saga (half its restore delay, after, past its create, on the
+// orchestrator's clock).
+func (o *Orchestrator[T]) markStartFailed(ctx context.Context, created time.Time, after time.Duration, end eventstore.Transaction) error {
 	budget := failStartBudget
 	if o.rec != nil {
-		budget = min(budget, o.restoreAfter/2-o.cfg.now().Sub(created))
+		budget = min(budget, after/2-o.cfg.now().Sub(created))
 	}
 	if budget <= 0 {
 		return errNoTimeToMark
@@ -898,7 +912,7 @@ func (o *Orchestrator[T]) markStartFailed(ctx context.Context, created time.Time
 	defer cancel()
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		end.UpdatedAt = o.cfg.now()
-		if o.rec != nil && end.UpdatedAt.Sub(created) >= o.restoreAfter/2 {
+		if o.rec != nil && end.UpdatedAt.Sub(created) >= after/2 {
 			return errNoTimeToMark
 		}
 		err := o.store.Transition(mctx, end, nil)
@@ -1048,6 +1062,9 @@ func (o *Orchestrator[T]) prepareRedriveAt(ctx context.Context, txID string, ver
 	if err := o.claimPark(ctx, &tx, claimRedrive, redriveClaimLease); err != nil {
 		return tx, err
 	}
+	if o.pastDeadline(&tx, o.cfg.now()) {
+		return tx, o.failParked(ctx, &tx)
+	}
 	from := tx.State
 	tx.Attempt++
 	tx.State = eventstore.StateInProgress
@@ -1089,6 +1106,10 @@ func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transactio
 	b, err := topics.Encode(&env)
 	if err != nil {
 		return err
+	}
+	if o.cfg.fault != nil && o.cfg.fault(FaultLoseCommand, tx.TxID) {
+		o.stats.commands.Add(1) // sent, as far as this process knows
+		return nil
 	}
 	rec := &kgo.Record{Topic: topics.CommandTopic(step.Service), Key: []byte(tx.TxID), Value: b}
 	if err := o.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {

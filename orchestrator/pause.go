@@ -389,7 +389,7 @@ func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Trans
 			return err
 		}
 		if restore {
-			return recovery.Later(0, "resumed; watchdog re-armed")
+			return o.watchAgain(&tx, "resumed; watchdog re-armed")
 		}
 		return nil
 	case err == nil:
@@ -402,7 +402,7 @@ func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Trans
 			return err
 		}
 		if restore {
-			return recovery.Later(0, "claimed deadline re-invoked; watchdog re-armed")
+			return o.watchAgain(&tx, "claimed deadline re-invoked; watchdog re-armed")
 		}
 		return nil
 	case !errors.Is(err, eventstore.ErrNotFound):
@@ -426,7 +426,7 @@ func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Trans
 			}
 		}
 		if restore {
-			return recovery.Later(0, "resumed (early resume); watchdog re-armed")
+			return o.watchAgain(&tx, "resumed (early resume); watchdog re-armed")
 		}
 		return nil
 	}
@@ -444,7 +444,7 @@ func (o *Orchestrator[T]) redrivePaused(ctx context.Context, tx eventstore.Trans
 		err = o.reinvoke(ctx, tx.TxID, tx.Span, tx.Kind, tx.Attempt)
 	} // else a resume (or another node) got there first
 	if err == nil && restore {
-		return recovery.Later(0, "pause deadline passed; watchdog re-armed")
+		return o.watchAgain(&tx, "pause deadline passed; watchdog re-armed")
 	}
 	return err
 }

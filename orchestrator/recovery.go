@@ -25,7 +25,7 @@ func (o *Orchestrator[T]) initRecovery() error {
 	if err != nil {
 		return fmt.Errorf("orchestrator: recovery: %w", err)
 	}
-	o.restoreAfter = win.Interval() * time.Duration(cfg.RestoreDelay(o.domain.Name))
+	o.restoreDelay = win.Interval() * time.Duration(cfg.RestoreDelay(o.domain.Name))
 	o.win = win
 	w, err := recovery.NewWriter(o.store, cfg, recovery.WithClock(o.cfg.now), recovery.WithLogger(o.cfg.logger))
 	if err != nil {
@@ -169,25 +169,64 @@ func (o *Orchestrator[T]) redriveEntry(ctx context.Context, e eventstore.Recover
 			return err
 		}
 		if e.Restore() {
-			return recovery.Later(0, "re-driven from RETRY_PENDING; watchdog re-armed")
+			return o.watchAgain(&tx, "re-driven from RETRY_PENDING; watchdog re-armed")
 		}
 		return nil
 	case !e.Restore():
 		return nil // a retry entry of a saga that moved on (re-driven already)
 	case !awaitsReply(tx.State):
 		return nil
-	case now.Sub(tx.UpdatedAt) < o.restoreAfter:
-		// It moved within the restore delay: still alive, look again later.
-		return recovery.Later(0, "in progress")
+	case now.Sub(tx.UpdatedAt) < o.restoreAfter(&tx):
+		// It moved since its step could have timed out: still alive. The
+		// watchdog rolls forward to when its current step is due.
+		return recovery.Later(o.watchdogDelay(&tx, now), "in progress")
 	}
 	if err := o.Restore(ctx, tx.TxID); err != nil {
-		if errors.Is(err, ErrNotInFlight) {
+		if errors.Is(err, ErrNotInFlight) || errors.Is(err, ErrSagaTimedOut) {
 			return nil
 		}
 		return err
 	}
 	o.logger().Info("orchestrator: restored a stalled saga: re-sent its step", "tx", tx.TxID, "span", tx.Span, "kind", tx.Kind, "state", tx.State)
-	return recovery.Later(0, "step re-sent; watchdog re-armed")
+	return o.watchAgain(&tx, "step re-sent; watchdog re-armed")
+}
+
+// The restore watchdog follows the saga, lazily: a saga's watchdog is
+// written with its create, due when its first step's timeout plus
+// recovery.RestoreMargin has passed (restoreAfter), rather than at the
+// far window W+K; nothing is written at the saga's later transitions. A
+// pickup that finds the saga moving (a transition more recent than its
+// current step's restoreAfter) registers the watchdog again where that
+// step is due, one write per pickup off the hot path; one that finds it
+// stalled restores it and re-arms the watchdog as far again. A saga that
+// ends before its watchdog is due deletes it as before. So a saga stalled
+// by a crash (its step timer died with its process) is restored about its
+// step timeout after its last transition: within restoreAfter plus one
+// window plus a scan. A step without a timeout keeps the restore delay K.
+
+// restoreAfter is how long tx may go without a transition before a
+// restore pickup re-sends its step: its step timeout plus
+// recovery.RestoreMargin, at most the restore delay (which a step without
+// a timeout gets).
+func (o *Orchestrator[T]) restoreAfter(tx *eventstore.Transaction) time.Duration {
+	if d := o.stepTimeout(tx); d > 0 {
+		return min(d+recovery.RestoreMargin, o.restoreDelay)
+	}
+	return o.restoreDelay
+}
+
+// watchdogDelay is the delay in windows, from now, of tx's watchdog: the
+// first window sealed once restoreAfter has passed since tx's last
+// transition.
+func (o *Orchestrator[T]) watchdogDelay(tx *eventstore.Transaction, now time.Time) int {
+	return o.win.DelayUntil(now, tx.UpdatedAt.Add(o.restoreAfter(tx)).Sub(now))
+}
+
+// watchAgain asks the engine to register the watchdog of tx, whose step
+// was just sent again (or whose next step was: its timeout is taken as
+// tx's), where that step is due.
+func (o *Orchestrator[T]) watchAgain(tx *eventstore.Transaction, reason string) error {
+	return recovery.Later(o.win.DelayUntil(o.cfg.now(), o.restoreAfter(tx)), reason)
 }
 
 // redriveParked re-drives a RETRY_PENDING saga; a saga that is no longer
@@ -196,7 +235,7 @@ func (o *Orchestrator[T]) redriveEntry(ctx context.Context, e eventstore.Recover
 // counts as handled.
 func (o *Orchestrator[T]) redriveParked(ctx context.Context, txID string) (err error) {
 	err = o.redriveParkedAt(ctx, txID, 0)
-	if errors.Is(err, ErrNotRetryPending) {
+	if errors.Is(err, ErrNotRetryPending) || errors.Is(err, ErrSagaTimedOut) {
 		return nil
 	}
 	return err

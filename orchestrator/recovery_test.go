@@ -199,7 +199,7 @@ func TestRecoveryRestoresAbandonedSagas(t *testing.T) {
 		fault := func(p orchestrator.FaultPoint, txID string) bool {
 			mu.Lock()
 			defer mu.Unlock()
-			if _, done := abandoned[txID]; done || perPoint[p] == 4 {
+			if _, done := abandoned[txID]; done || perPoint[p] == 4 || p == orchestrator.FaultLoseCommand {
 				return false
 			}
 			perPoint[p]++

@@ -168,6 +168,9 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 		return o.cancelledReply(ctx, tx, env, tryout, last) // cancel.go
 	}
 	forward := tx.Kind == string(topics.KindProcess)
+	if forward && env.Outcome != topics.OutcomeNonRetryable && o.pastDeadline(tx, now) {
+		return o.failLate(ctx, tx, env, tryout, from, last)
+	}
 	switch env.Outcome {
 	case topics.OutcomeOK:
 		if len(env.Payload) > 0 {

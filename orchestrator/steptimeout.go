@@ -19,7 +19,9 @@ import (
 // out", then a retry (or the policy's exhaustion), and the attempt's late
 // reply is stale (its attempt number is behind). Timers do not outlive
 // their process: a saga stalled by a crash is found by its restore
-// watchdog.
+// watchdog, which follows the step timeouts (restoreAfter in recovery.go):
+// a retry node restores it about its step timeout plus
+// recovery.RestoreMargin after its last transition, within one window more.
 
 // stepTimeout returns the step timeout of tx's current step (0: none).
 // Resolved once per endpoint: the configuration does not change after New.
@@ -37,7 +39,13 @@ func (o *Orchestrator[T]) stepTimeout(tx *eventstore.Transaction) time.Duration 
 func (o *Orchestrator[T]) timeStep(tx *eventstore.Transaction) {
 	switch tx.State {
 	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateCancelling:
-		if d := o.stepTimeout(tx); d > 0 {
+		d := o.stepTimeout(tx)
+		if left, ok := o.untilDeadline(tx); ok && (d <= 0 || left < d) {
+			// The saga's deadline comes first: its step is failed then,
+			// which fails the saga (apply).
+			d = max(left, time.Millisecond)
+		}
+		if d > 0 {
 			txID, version := tx.TxID, tx.Version
 			o.steps.arm(txID, d, func() { o.stepTimedOut(txID, version, d) })
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,5 +85,45 @@ func TestStepTimeoutRetriesASlowStep(t *testing.T) {
 func TestDefaultStepTimeout(t *testing.T) {
 	if d := recovery.DefaultConfig().RetryPolicy("any", "svc/ep").StepTimeout; d != 30*time.Second {
 		t.Errorf("default step timeout %v, want 30s", d)
+	}
+}
+
+// A command lost on its way (FaultLoseCommand: the orchestrator stays
+// alive) is failed by its step timer and retried: the saga completes, the
+// step runs once, the saga is not counted abandoned.
+func TestLostCommandRetriedAtItsStepTimeout(t *testing.T) {
+	r := newRig(t, "memory")
+	r.startWorker(r.svcStock)
+	r.startWorker(r.svcPay)
+	cfg := recovery.DefaultConfig()
+	timeout := 300 * time.Millisecond
+	cfg.Retry.DefaultEndpoints = map[string]recovery.RetryOverride{r.svcPay + "/charge": {StepTimeout: &timeout}}
+	lost := map[string]bool{}
+	var mu sync.Mutex
+	fault := func(p orchestrator.FaultPoint, txID string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		// The second command of each saga (its charge) is lost once.
+		if p != orchestrator.FaultLoseCommand {
+			return false
+		}
+		n := lost[txID+"/n"]
+		lost[txID+"/n"] = true
+		if n && !lost[txID] {
+			lost[txID] = true
+			return true
+		}
+		return false
+	}
+	o, _ := r.startOrchestrator(orchestrator.WithRecovery(cfg), orchestrator.WithFaultInjection(fault))
+	ids := startConcurrently(t, o, 4)
+	waitStates(t, o, time.Minute, ids, eventstore.StateCompleted)
+	for _, id := range ids {
+		if n := r.runsOf(id, 1, topics.KindProcess); n != 1 {
+			t.Errorf("%s: charge ran %d times, want once (its first command was lost)", id, n)
+		}
+	}
+	if st := o.Stats(); st.TimedOut != int64(len(ids)) || st.Abandoned != 0 {
+		t.Errorf("stats %+v: want %d timed out, none abandoned", st, len(ids))
 	}
 }

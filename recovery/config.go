@@ -43,6 +43,12 @@ const (
 	// orchestrator treats it as failed retryably (step-timeout): a web
 	// request's order of magnitude.
 	DefaultStepTimeout = 30 * time.Second
+	// RestoreMargin is added to a step's timeout to make its saga's
+	// restore watchdog due: a saga whose step has had no reply for its
+	// step timeout plus this margin is restored by a retry node (its
+	// orchestrator, if alive, failed the attempt at the timeout and moved
+	// the saga on, which a pickup sees and rolls the watchdog forward).
+	RestoreMargin = 10 * time.Second
 )
 
 // Bounds of the settings.
@@ -59,6 +65,9 @@ const (
 	MaxRetryInterval = time.Hour
 	// MaxStepTimeout bounds step-timeout.
 	MaxStepTimeout = 24 * time.Hour
+	// MaxSagaTimeout bounds saga-timeout (a saga is disabled once its
+	// transaction lifetime is over anyway).
+	MaxSagaTimeout = 366 * 24 * time.Hour
 	// MaxBucketSize bounds bucket-size by Cassandra's default
 	// tombstone_failure_threshold (100000): restore watchdogs are deleted
 	// one by one as their sagas end, so a restore scan of a bucket whose
@@ -138,6 +147,18 @@ type RestoreConfig struct {
 	Domains map[string]int
 }
 
+// DeadlineConfig is the stacksaga.cassandra.recovery.deadline section:
+// the saga-level deadline (Temporal's workflow execution timeout) per
+// domain, domains.<name>.saga-timeout. A saga that has not completed its
+// forward steps saga-timeout after its creation fails non-retryably
+// ("saga timed out") and compensates. 0 (the default): no deadline.
+type DeadlineConfig struct {
+	// Default is domains.default.saga-timeout.
+	Default time.Duration
+	// Domains is domains.<name>.saga-timeout for other names.
+	Domains map[string]time.Duration
+}
+
 // Config is the recovery configuration: the keys under
 // stacksaga.cassandra.recovery plus stacksaga.cassandra.transaction-lifetime.
 // Build one with DefaultConfig or LoadConfig; Validate checks it.
@@ -168,6 +189,8 @@ type Config struct {
 	// Retry and Restore are the per-domain delays and the retry policy.
 	Retry   RetryConfig
 	Restore RestoreConfig
+	// Deadline is the saga-level deadline per domain (none by default).
+	Deadline DeadlineConfig
 }
 
 // DefaultConfig returns the defaults.
@@ -248,6 +271,15 @@ func (c Config) RestoreDelay(domain string) int {
 	return c.Restore.DefaultDelayWindows
 }
 
+// SagaTimeout returns the saga-level deadline of domain, counted from the
+// saga's creation (0: none).
+func (c Config) SagaTimeout(domain string) time.Duration {
+	if d, ok := c.Deadline.Domains[domain]; ok {
+		return d
+	}
+	return c.Deadline.Default
+}
+
 // Expired reports whether a saga created (or last restored by an admin) at
 // createdAt has outlived the transaction lifetime at now. The recovery
 // engine's Redriver freezes such a saga as DISABLED instead of re-driving
@@ -273,6 +305,7 @@ const (
 	keyLifetimeAlias = "transaction.lifetime"
 	keyRetry         = "recovery.retry.domains."
 	keyRestore       = "recovery.restore.domains."
+	keyDeadline      = "recovery.deadline.domains."
 )
 
 // Validate reports every problem of c at once (errors.Join), each naming
@@ -361,6 +394,19 @@ func (c Config) check(p *yamlconfig.Problems, intervalKey string) {
 		}
 		delay(keyRestore+name+".delay-windows", k)
 	}
+	sagaTimeout := func(key string, d time.Duration) {
+		if d < 0 || d > MaxSagaTimeout || (d > 0 && d < 10*time.Millisecond) {
+			p.Add(key, "must be 0 (none) or 10ms..%v, got %v", MaxSagaTimeout, d)
+		}
+	}
+	sagaTimeout(keyDeadline+DefaultDomain+".saga-timeout", c.Deadline.Default)
+	for name, d := range c.Deadline.Domains {
+		if strings.TrimSpace(name) == "" {
+			p.Add(keyDeadline[:len(keyDeadline)-1], "empty domain name")
+			continue
+		}
+		sagaTimeout(keyDeadline+name+".saga-timeout", d)
+	}
 }
 
 func validatePolicy(p *yamlconfig.Problems, prefix string, r RetryPolicy) {
@@ -438,6 +484,11 @@ type rawRecovery struct {
 			DelayWindows *string `yaml:"delay-windows"`
 		} `yaml:"domains"`
 	} `yaml:"restore"`
+	Deadline struct {
+		Domains map[string]struct {
+			SagaTimeout *string `yaml:"saga-timeout"`
+		} `yaml:"domains"`
+	} `yaml:"deadline"`
 }
 
 type rawRetry struct {
@@ -537,6 +588,21 @@ func LoadConfigWithEnv(data []byte, lookup func(string) (string, bool)) (Config,
 			c.Restore.Domains = make(map[string]int)
 		}
 		c.Restore.Domains[name] = v
+	}
+
+	for name, rd := range raw.Deadline.Domains {
+		d, ok := r.duration(keyDeadline+name+".saga-timeout", rd.SagaTimeout)
+		if !ok {
+			continue
+		}
+		if name == DefaultDomain {
+			c.Deadline.Default = d
+			continue
+		}
+		if c.Deadline.Domains == nil {
+			c.Deadline.Domains = make(map[string]time.Duration)
+		}
+		c.Deadline.Domains[name] = d
 	}
 
 	intervalKey := keyInterval

@@ -383,3 +383,62 @@ func TestExpired(t *testing.T) {
 		t.Error("lifetime not honoured")
 	}
 }
+
+// The saga-level deadline: none by default, per domain from
+// deadline.domains.<name>.saga-timeout (the default domain's also from the
+// environment), bad values refused naming their key.
+func TestLoadConfigSagaTimeout(t *testing.T) {
+	c, err := LoadConfigWithEnv(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.SagaTimeout("order-saga"); got != 0 {
+		t.Fatalf("default saga timeout %v, want none", got)
+	}
+	c, err = LoadConfigWithEnv([]byte(`
+stacksaga:
+  cassandra:
+    recovery:
+      deadline:
+        domains:
+          default:
+            saga-timeout: 10m
+          order-saga:
+            saga-timeout: PT30S
+          audit-saga:
+            saga-timeout: 0s
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for domain, want := range map[string]time.Duration{"order-saga": 30 * time.Second, "audit-saga": 0, "other": 10 * time.Minute} {
+		if got := c.SagaTimeout(domain); got != want {
+			t.Errorf("SagaTimeout(%q) = %v, want %v", domain, got, want)
+		}
+	}
+	c, err = LoadConfigWithEnv(nil, func(k string) (string, bool) {
+		return "2m", k == EnvSagaTimeout
+	})
+	if err != nil || c.SagaTimeout("x") != 2*time.Minute {
+		t.Fatalf("from %s: %v, %v", EnvSagaTimeout, c.SagaTimeout("x"), err)
+	}
+	_, err = LoadConfigWithEnv([]byte(`
+stacksaga:
+  cassandra:
+    recovery:
+      deadline:
+        domains:
+          default:
+            saga-timeout: -1s
+          order-saga:
+            saga-timeout: soon
+`), nil)
+	for _, want := range []string{
+		"stacksaga.cassandra.recovery.deadline.domains.default.saga-timeout: must be 0 (none) or 10ms..",
+		"stacksaga.cassandra.recovery.deadline.domains.order-saga.saga-timeout: ",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v: want it to name %q", err, want)
+		}
+	}
+}

@@ -10,7 +10,14 @@
 // whole number of minutes dividing a day, or for tests a few seconds).
 // Three windows matter at any moment. The window containing now, W, is
 // still open. Retries are written ahead, into W+delay (delay >= 1), and
-// restore watchdogs far ahead, into W+K (600 by default). Retry nodes read
+// restore watchdogs at most K windows ahead (600 by default): the
+// orchestrator writes a saga's watchdog into the first window sealed after
+// its first step's timeout plus RestoreMargin (Writer.RegisterWatchdog,
+// Windows.DelayUntil), and a pickup that finds the saga moving registers
+// it again where the saga's current step is due, so that a saga stalled by
+// a crash is restored about a step timeout after its last transition
+// (within one window and a scan more) at no cost to its transitions; a
+// step without a timeout is watched K windows ahead. Retry nodes read
 // only windows that are over ("sealed": their end is not after now). Since
 // writers only ever write windows that have not started and readers only
 // read windows that have ended, they never touch the same rows at the same

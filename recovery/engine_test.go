@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -187,5 +188,27 @@ func TestLaterError(t *testing.T) {
 func TestIsNode0(t *testing.T) {
 	if !IsNode0(eventstore.FullRing) || !IsNode0(lowHalf) || IsNode0(highHalf) {
 		t.Fatal("IsNode0")
+	}
+}
+
+// RegisterWatchdog writes the watchdog delay windows ahead, at most the
+// domain's restore delay K; a delay below 1 is K.
+func TestRegisterWatchdogDelay(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Restore.DefaultDelayWindows = 5
+	now := time.Date(2026, 3, 10, 10, 30, 1, 0, time.UTC)
+	w, err := NewWriter(memory.New(), cfg, WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := MustWindows(cfg.Interval)
+	for _, tc := range []struct{ delay, want int }{{2, 2}, {1, 1}, {0, 5}, {9, 5}} {
+		path, via, err := w.RegisterWatchdog(context.Background(), testScope, fmt.Sprintf("tx-%d", tc.delay), "d", tc.delay, nil)
+		if err != nil || via {
+			t.Fatalf("delay %d: via %v, %v", tc.delay, via, err)
+		}
+		if want := ws.Add(ws.At(now), tc.want); path.MinuteOfDay != want.Slot || path.Bucket%2 != 1 {
+			t.Errorf("delay %d: written at slot %d bucket %d, want slot %d (%d windows ahead) in an odd bucket", tc.delay, path.MinuteOfDay, path.Bucket, want.Slot, tc.want)
+		}
 	}
 }

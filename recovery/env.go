@@ -29,6 +29,7 @@ const (
 	EnvRetryMaxInterval    = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_MAX_INTERVAL"
 	EnvStepTimeout         = "STACKSAGA_CASSANDRA_RECOVERY_RETRY_DOMAINS_DEFAULT_STEP_TIMEOUT"
 	EnvRestoreDelayWindows = "STACKSAGA_CASSANDRA_RECOVERY_RESTORE_DOMAINS_DEFAULT_DELAY_WINDOWS"
+	EnvSagaTimeout         = "STACKSAGA_CASSANDRA_RECOVERY_DEADLINE_DOMAINS_DEFAULT_SAGA_TIMEOUT"
 )
 
 // ApplyEnv overrides fields from the variables Env* (set and non-empty
@@ -116,5 +117,6 @@ func (c *Config) applyEnv(lookup func(string) (string, bool), p *yamlconfig.Prob
 	dur(EnvRetryMaxInterval, def+"max-interval", &c.Retry.Default.MaxInterval)
 	dur(EnvStepTimeout, def+"step-timeout", &c.Retry.Default.StepTimeout)
 	num(EnvRestoreDelayWindows, keyRestore+DefaultDomain+".delay-windows", &c.Restore.DefaultDelayWindows)
+	dur(EnvSagaTimeout, keyDeadline+DefaultDomain+".saga-timeout", &c.Deadline.Default)
 	return intervalKey
 }

@@ -33,10 +33,12 @@ import (
 //   - a restore entry (odd bucket) of a saga that is not terminal: the
 //     process that ran it died or lost it; re-send its last unfinished step
 //     (write protection makes a step that already ran skip and re-send its
-//     recorded reply), and re-arm the watchdog (Writer.RegisterRestore,
-//     store the new path on the saga row) so a second crash is caught too.
-//     If the saga is still making progress (updated recently) it may
-//     return Later instead.
+//     recorded reply), and re-arm the watchdog (return Later with the
+//     delay of the re-sent step's timeout) so a second crash is caught
+//     too. If the saga is still making progress (a transition more recent
+//     than its current step's timeout plus RestoreMargin) return Later
+//     with the delay until that step is due: the watchdog follows the
+//     saga lazily, rolled forward only when it fires.
 //   - a re-send that fails again registers a retry forward as any
 //     retryable failure does (Writer.RegisterRetry), or returns Later.
 type Redriver interface {

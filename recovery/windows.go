@@ -189,6 +189,22 @@ func (ws Windows) RestoreWindow(now time.Time, k int) Window {
 	return ws.Add(ws.At(now), max(k, 1))
 }
 
+// DelayUntil returns the delay in windows (at least 1) of the first window
+// that is sealed no earlier than after: the window W+d, W containing now,
+// whose end is at or after now+after. Work registered there is read by a
+// retry node at least after has passed (and, scans running as windows
+// seal, within about one interval more). It is the restore watchdog's
+// delay for a step due after that long (Writer.RegisterWatchdog).
+func (ws Windows) DelayUntil(now time.Time, after time.Duration) int {
+	w := ws.At(now)
+	rest := now.Add(after).Sub(w.End)
+	if rest <= 0 {
+		return 1
+	}
+	d := int64((rest + ws.interval - 1) / ws.interval)
+	return int(min(max(d, 1), MaxDelayWindows))
+}
+
 // FromSlot returns the window stored in the directory as (day, slot). A
 // slot that is not a window start of this interval (written by a process
 // configured with another interval) maps to the window containing it, whose

@@ -187,3 +187,33 @@ func TestPropertyWriteWindowAfterReadWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// DelayUntil names the first window sealed no earlier than after has
+// passed, at least one window ahead (the current one is open to readers
+// never, to writers no longer).
+func TestDelayUntil(t *testing.T) {
+	ws := MustWindows(time.Minute)
+	start := time.Date(2026, 3, 10, 10, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		at    time.Duration // into the window
+		after time.Duration
+		want  int
+	}{
+		{time.Second, 40 * time.Second, 1},          // the current window ends after 40s, but is open: the next
+		{30 * time.Second, 40 * time.Second, 1},     // ends at +30s: the next ends at +90s >= +40s
+		{time.Second, 310 * time.Second, 5},         // ends +59s; +310s falls in the 5th window after
+		{59 * time.Second, 310 * time.Second, 6},    // ends +1s: 309s more
+		{0, 0, 1},                                   // nothing to wait: still the next window
+		{time.Second, -time.Hour, 1},                // overdue: the next window
+		{time.Second, 400 * 24 * time.Hour, 576000}, // far: as many as it takes
+	} {
+		now := start.Add(tc.at)
+		got := ws.DelayUntil(now, tc.after)
+		if got != tc.want {
+			t.Errorf("DelayUntil(+%v, %v) = %d, want %d", tc.at, tc.after, got, tc.want)
+		}
+		if w := ws.Add(ws.At(now), got); w.End.Before(now.Add(tc.after)) || (got > 1 && !ws.Add(ws.At(now), got-1).End.Before(now.Add(tc.after))) {
+			t.Errorf("DelayUntil(+%v, %v) = %d: window %v is not the first sealed after it", tc.at, tc.after, got, w)
+		}
+	}
+}

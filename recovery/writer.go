@@ -195,6 +195,26 @@ func (w *Writer) RegisterRestoreVia(ctx context.Context, scope eventstore.Scope,
 	return w.register(ctx, scope, txID, domain, 1, w.cfg.RestoreDelay(domain), write)
 }
 
+// RegisterWatchdog is RegisterRestoreVia with the watchdog's window given:
+// delayWindows ahead (W+delayWindows), capped at the domain's restore delay
+// K; below 1: K. The orchestrator registers a saga's watchdog due when its
+// first step's timeout (plus RestoreMargin) has passed (Windows.DelayUntil)
+// rather than K windows ahead, so that a saga stalled by a crash is
+// restored about a step timeout after its last transition; the pickup rolls
+// it forward when it finds the saga moving (see Redriver).
+func (w *Writer) RegisterWatchdog(ctx context.Context, scope eventstore.Scope, txID, domain string, delayWindows int, write func(context.Context, eventstore.RecoveryEntry) error) (path eventstore.RecoveryPath, via bool, err error) {
+	return w.register(ctx, scope, txID, domain, 1, w.watchdogDelay(domain, delayWindows), write)
+}
+
+// watchdogDelay bounds a watchdog's delay to 1..K of domain (below 1: K).
+func (w *Writer) watchdogDelay(domain string, delayWindows int) int {
+	k := w.cfg.RestoreDelay(domain)
+	if delayWindows < 1 || delayWindows > k {
+		return k
+	}
+	return delayWindows
+}
+
 // Unregister deletes the row of txID at path (a restore watchdog when its
 // saga ended). A zero path (no instance id) is a no-op.
 func (w *Writer) Unregister(ctx context.Context, scope eventstore.Scope, path eventstore.RecoveryPath, txID string) error {

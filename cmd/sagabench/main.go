@@ -110,6 +110,13 @@ type options struct {
 	// its TLS and credentials.
 	cassandraCfg     cassandra.Config
 	cassandraCluster *gocql.ClusterConfig
+	// recovery names the recovery cells to run instead of the matrix
+	// (recovery.go); recoverySagas is how many sagas each measures.
+	recovery      string
+	recoverySagas int
+	// recoveryChild, recoverySuffix and recoveryInstance make this
+	// process a child of the crash cell (recoveryChild).
+	recoveryChild, recoverySuffix, recoveryInstance string
 }
 
 func main() {
@@ -138,6 +145,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.telemetryRounds, "telemetry-rounds", 3, "with --telemetry, alternate runs without and with telemetry this many times and report the median round's cost")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.memprof, "memprofile", "", "write an allocation profile of the whole run to this file (go tool pprof -sample_index=alloc_space)")
+	fs.StringVar(&o.recovery, "recovery", "", "run the recovery cells instead of the matrix, on real Kafka and Cassandra with the default configuration, in a keyspace of their own dropped at the end: comma-separated names among "+strings.Join(recoveryCellNames, ", ")+", or all; each prints p50/p99 of its healing time and a verdict against issue 37's target")
+	fs.IntVar(&o.recoverySagas, "recovery-sagas", 50, "sagas measured per recovery cell")
+	fs.StringVar(&o.recoveryChild, "recovery-child", "", "internal: run as a child process of the crash cell, in this role (orchestrator or workers)")
+	fs.StringVar(&o.recoverySuffix, "recovery-suffix", "", "internal: the crash cell's names suffix")
+	fs.StringVar(&o.recoveryInstance, "recovery-instance", "", "internal: the crash cell child's instance id")
 	kafkaSec := kafkaflags.Register(fs)
 	o.lookup = os.LookupEnv
 	if err := fs.Parse(args); err != nil {
@@ -199,6 +211,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "sagabench:", err)
 		return 2
+	}
+	if o.recoveryChild != "" {
+		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer cancel()
+		return recoveryChild(ctx, o, o.recoveryChild, o.recoverySuffix, o.recoveryInstance, stdout, stderr)
+	}
+	if o.recovery != "" {
+		if o.recoverySagas < 1 {
+			fmt.Fprintln(stderr, "sagabench: --recovery-sagas must be at least 1")
+			return 2
+		}
+		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer cancel()
+		return runRecovery(ctx, o, o.recovery, stdout, stderr)
 	}
 	if o.cells == "list" {
 		for _, c := range matrix() {

@@ -167,6 +167,7 @@ func Entries() []Entry {
 	out = append(out, retry(c("recovery.retry.domains.*."), true)...)
 	out = append(out, retry(c("recovery.retry.domains.*.endpoints.*."), false)...)
 	out = append(out, Entry{c("recovery.restore.domains.*.delay-windows"), "integer ≥ 1", itoa(recovery.DefaultRestoreDelayWindows), env(c("recovery.restore.domains.*.delay-windows")), "windows after which a saga's restore watchdog fires if the saga has not moved", rec})
+	out = append(out, Entry{c("recovery.deadline.domains.*.saga-timeout"), "duration ≥ 0", "0 (none)", env(c("recovery.deadline.domains.*.saga-timeout")), "how long a saga may take to complete its forward steps (Temporal's workflow execution timeout): past it, the saga fails non-retryably (\"saga timed out\") and compensates", rec})
 	out = append(out, group("stacksaga.kafka.orchestrator.domains.*.", "an orchestrator domain's callback topic")...)
 	out = append(out, group("stacksaga.kafka.worker.services.*.", "a worker service's command topic")...)
 	r := func(k, typ, def, meaning string) Entry {

@@ -91,6 +91,7 @@ var Keys = []string{
 	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.max-interval",
 	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.step-timeout",
 	"stacksaga.cassandra.recovery.restore.domains.*.delay-windows",
+	"stacksaga.cassandra.recovery.deadline.domains.*.saga-timeout",
 
 	// topics (group types of the consume loops)
 	"stacksaga.kafka.orchestrator.domains.*.group-type",
