@@ -118,14 +118,14 @@ type Env struct {
 	guards []*writeprotect.Guard // made by WithWriteProtection
 
 	execMu sync.Mutex
-	execs  map[attemptKey]int   // handler executions
-	total  map[Execution]int    // handler executions over every attempt
-	delivs map[attemptKey]int   // commands handed to guards
+	execs  map[attemptKey]int // handler executions
+	total  map[Execution]int  // handler executions over every attempt
+	delivs map[attemptKey]int // commands handed to guards
 	// results holds the outcome the guard replied for each attempt whose
 	// handler ran (its last run's): a later attempt may be answered with
 	// it, recorded by the guard, without running.
 	results map[attemptKey]topics.Outcome
-	sagas  map[sagaRef]struct{} // sagas whose commands reached a guard
+	sagas   map[sagaRef]struct{} // sagas whose commands reached a guard
 
 	seed     int64
 	faultMu  sync.Mutex
