@@ -302,14 +302,25 @@ func (o *Orchestrator[T]) handleControl(ctx context.Context, r *kgo.Record) erro
 	l := o.lock(req.TxID)
 	l.Lock()
 	defer l.Unlock()
-	tx, err := o.store.LoadTransaction(ctx, o.scope, req.TxID)
-	if errors.Is(err, eventstore.ErrNotFound) {
-		return o.deadLetter(ctx, r, dlUnknownTx, "orchestrator: control record for unknown transaction "+req.TxID)
-	}
-	if err != nil {
-		return fmt.Errorf("orchestrator: load %s: %w", req.TxID, err)
+	tx, done, err := o.loadControlled(ctx, r, req, o.deadLetter)
+	if done {
+		return err
 	}
 	return o.applyControl(ctx, &tx, req)
+}
+
+// loadControlled reads the saga of the control record r (request req),
+// under its lock. done is set when there is nothing to apply: the saga is
+// unknown (r is rejected with a reason) or could not be read (err).
+func (o *Orchestrator[T]) loadControlled(ctx context.Context, r *kgo.Record, req *ControlRequest, reject func(ctx context.Context, r *kgo.Record, code, reason string) error) (tx eventstore.Transaction, done bool, err error) {
+	tx, err = o.store.LoadTransaction(ctx, o.scope, req.TxID)
+	if errors.Is(err, eventstore.ErrNotFound) {
+		return tx, true, reject(ctx, r, dlUnknownTx, "orchestrator: control record for unknown transaction "+req.TxID)
+	}
+	if err != nil {
+		return tx, true, fmt.Errorf("orchestrator: load %s: %w", req.TxID, err)
+	}
+	return tx, false, nil
 }
 
 // errControlWait is applyControl's error when a resume, a pause's deadline
@@ -496,12 +507,9 @@ func (o *Orchestrator[T]) handleControlShared(ctx context.Context, r *kgo.Record
 	l := o.lock(req.TxID)
 	l.Lock()
 	defer l.Unlock()
-	tx, err := o.store.LoadTransaction(ctx, o.scope, req.TxID)
-	if errors.Is(err, eventstore.ErrNotFound) {
-		return o.rejectRecord(ctx, r, dlUnknownTx, "orchestrator: control record for unknown transaction "+req.TxID)
-	}
-	if err != nil {
-		return fmt.Errorf("orchestrator: load %s: %w", req.TxID, err)
+	tx, done, err := o.loadControlled(ctx, r, req, o.rejectRecord)
+	if done {
+		return err
 	}
 	if !awaitsReply(tx.State) {
 		return o.applyControl(ctx, &tx, req)
