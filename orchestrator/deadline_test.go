@@ -26,7 +26,12 @@ func TestSagaTimeoutCompensatesALateSaga(t *testing.T) {
 		r.startWorker(r.svcStock)
 		r.startWorker(r.svcPay)
 		clock := newFakeClock()
-		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(recoveryCfg(t)),
+		// The held charge must be ended by its reply, not by its step
+		// timer (30 s of wall time by default: a loaded box can take that
+		// between the charge's command and the release below).
+		cfg := recoveryCfg(t)
+		cfg.Retry.Default.StepTimeout = time.Hour
+		o, _ := r.startOrchestrator(orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg),
 			orchestrator.WithSagaTimeout(10*time.Minute))
 		ctx := context.Background()
 		ids := startN(t, o, 2)

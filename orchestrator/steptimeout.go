@@ -40,10 +40,13 @@ func (o *Orchestrator[T]) timeStep(tx *eventstore.Transaction) {
 	switch tx.State {
 	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateCancelling:
 		d := o.stepTimeout(tx)
-		if left, ok := o.untilDeadline(tx); ok && (d <= 0 || left < d) {
+		if left, ok := o.untilDeadline(tx); ok && left > 0 && (d <= 0 || left < d) {
 			// The saga's deadline comes first: its step is failed then,
-			// which fails the saga (apply).
-			d = max(left, time.Millisecond)
+			// which fails the saga (apply). A step sent just before the
+			// deadline whose timer is armed after it keeps its step
+			// timeout: its reply decides, and the reply path fails the
+			// saga then, compensating the step if it ran.
+			d = left
 		}
 		if d > 0 {
 			txID, version := tx.TxID, tx.Version
