@@ -64,9 +64,11 @@ func TestPauseDeadlineUnregisteredFiredByWatchdog(t *testing.T) {
 		for _, id := range ids {
 			waitState(t, o, id, eventstore.StatePaused)
 		}
-		if n := store.refused.Load(); n < int64(len(ids)) {
-			t.Fatalf("%d retry entries refused, want the %d pauses' deadlines", n, len(ids))
-		}
+		// The deadline's entry is registered after the pause is persisted:
+		// wait for its refusal, not for the state.
+		waitFor(t, time.Minute, "every pause's deadline entry refused", func() bool {
+			return store.refused.Load() >= int64(len(ids))
+		})
 		// The watchdog (5 windows) fires before the deadline: the sagas
 		// stay paused.
 		for range 6 {
