@@ -96,7 +96,11 @@ func TestLostCommandRetriedAtItsStepTimeout(t *testing.T) {
 	r.startWorker(r.svcStock)
 	r.startWorker(r.svcPay)
 	cfg := recovery.DefaultConfig()
-	timeout := 300 * time.Millisecond
+	// Long enough that the retried charge answers within it on a loaded
+	// machine (at 300 ms the CI box timed the retry out too and ran the
+	// charge again, legitimately: nothing guards it), short enough to keep
+	// the test quick.
+	timeout := 3 * time.Second
 	cfg.Retry.DefaultEndpoints = map[string]recovery.RetryOverride{r.svcPay + "/charge": {StepTimeout: &timeout}}
 	lost := map[string]bool{}
 	var mu sync.Mutex
