@@ -138,7 +138,7 @@ func v1Alters(t *testing.T, keyspace string) []string {
 	t.Helper()
 	var out []string
 	for _, table := range []string{cassandra.TableTransaction, cassandra.TableFrozenTransaction} {
-		for _, col := range []string{"lifetime_start timestamp", "pause_event text", "trace_id text", "trace_parent text"} {
+		for _, col := range []string{"lifetime_start timestamp", "pause_event text", "trace_id text", "trace_parent text", "definition_version int"} {
 			out = append(out, "ALTER TABLE "+keyspace+"."+table+" ADD "+col)
 		}
 	}
@@ -200,7 +200,7 @@ func TestMigrateFirstReleaseKeyspace(t *testing.T) {
 	s := newStore(t, cfg)
 	for _, table := range []string{cassandra.TableTransaction, cassandra.TableFrozenTransaction} {
 		cols := columnsOf(t, admin, ks, table)
-		for col, want := range map[string]string{"lifetime_start": "timestamp", "pause_event": "text", "trace_id": "text", "trace_parent": "text", "payload": "blob"} {
+		for col, want := range map[string]string{"lifetime_start": "timestamp", "pause_event": "text", "trace_id": "text", "trace_parent": "text", "definition_version": "int", "payload": "blob"} {
 			if cols[col] != want {
 				t.Errorf("%s.%s: type %q, want %q", table, col, cols[col], want)
 			}
