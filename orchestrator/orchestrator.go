@@ -784,7 +784,7 @@ func (o *Orchestrator[T]) launch(ctx context.Context, entity T, span trace.Span,
 	}
 	o.cache.put(&tx)
 	o.stats.started.Add(1)
-	o.emit(Event{TxID: txID, Domain: o.domain.Name, To: tx.State, At: now})
+	o.emit(Event{TxID: txID, Domain: o.domain.Name, Version: versionOf(&tx), To: tx.State, At: now})
 	if d.kind != decideSend {
 		o.countTerminal(tx.State)
 		return txID, nil
@@ -980,7 +980,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	}
 	o.timeStep(&cur)
 	o.armRetry(cur.TxID, cur.Version, fast)
-	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
+	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, Version: versionOf(&cur), From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
 	return fmt.Errorf("%w (saga %s parked in RETRY_PENDING)", err, tx.TxID)
 }
 
@@ -1107,7 +1107,7 @@ func (o *Orchestrator[T]) prepareRedriveAt(ctx context.Context, txID string, ver
 	o.cache.put(&tx)
 	o.timeStep(&tx)
 	o.stats.retried.Add(1)
-	o.emit(Event{TxID: txID, Domain: o.domain.Name, From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt})
+	o.emit(Event{TxID: txID, Domain: o.domain.Name, Version: versionOf(&tx), From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt})
 	return tx, nil
 }
 
@@ -1202,8 +1202,10 @@ func (o *Orchestrator[T]) countTerminal(s eventstore.State) {
 
 // Event is a state change, delivered to listeners.
 type Event struct {
-	TxID     string
-	Domain   string
+	TxID   string
+	Domain string
+	// Version is the saga's definition version (Saga.Version).
+	Version  int
 	From, To eventstore.State
 	// Span, Kind and Endpoint ("service/endpoint") name the step whose
 	// result caused the change or, when none did (start, re-drive), the step

@@ -447,7 +447,7 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 	}
 	o.cache.put(tx)
 	o.timeStep(tx)
-	ev := Event{TxID: tx.TxID, Domain: tx.Domain, From: from, To: state, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt}
+	ev := Event{TxID: tx.TxID, Domain: tx.Domain, Version: versionOf(tx), From: from, To: state, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt}
 	if last != nil {
 		ev.Span, ev.Kind, ev.Endpoint = last.Span, last.Kind, qualify(last.Step)
 		ev.Outcome, ev.Error = last.Outcome, last.Error
