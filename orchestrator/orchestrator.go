@@ -1177,8 +1177,12 @@ func (o *Orchestrator[T]) view(tx *eventstore.Transaction, last *StepResult) (*S
 	s.Step.Service, s.Step.Endpoint = parseQualified(tx.Endpoint)
 	s.Step.Query = isQuery(tx.Endpoint)
 	if len(tx.Payload) > 0 {
-		if err := msgpack.Unmarshal(tx.Payload, &s.Entity); err != nil {
-			return nil, fmt.Errorf("orchestrator: decode entity of %s: %w", tx.TxID, err)
+		decode := func(b []byte, e *T) error { return msgpack.Unmarshal(b, e) }
+		if def, ok := o.definition(tx); ok && def.DecodeEntity != nil {
+			decode = def.DecodeEntity
+		}
+		if err := decode(tx.Payload, &s.Entity); err != nil {
+			return nil, fmt.Errorf("orchestrator: decode entity of %s (definition version %d): %w", tx.TxID, versionOf(tx), err)
 		}
 	}
 	s.Completed = make([]CompletedStep, len(tx.Completed))

@@ -27,6 +27,14 @@ type Definition[T any] struct {
 	// default, ReverseCompensation).
 	OnNext       func(ctx context.Context, s *Saga[T]) Decision
 	OnNextRevert func(ctx context.Context, s *Saga[T]) Decision
+	// DecodeEntity, if set, decodes the stored entity of this version's
+	// sagas (the payload the workers last returned) into T for OnNext,
+	// OnNextRevert, Get and listeners: the entity type's migration, for a
+	// version whose entity was encoded with another layout than T's
+	// (a field renamed or retyped). Nil decodes with msgpack, as the
+	// orchestrator encodes T. It does not change what is stored or what
+	// the workers receive: they get the payload as it is.
+	DecodeEntity func(payload []byte, into *T) error
 }
 
 // Sentinel errors of versioned definitions.

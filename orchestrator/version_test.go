@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
@@ -309,5 +310,60 @@ func TestVersionOptions(t *testing.T) {
 	defer o.Close()
 	if o.StartVersion() != 1 || !slices.Equal(o.Versions(), []int{1, 4}) {
 		t.Fatalf("start version %d, versions %v; want 1, [1 4]", o.StartVersion(), o.Versions())
+	}
+}
+
+// TestVersionDecodeEntity: a version's DecodeEntity migrates the stored
+// entity of its sagas (an older layout) into today's type for Get and the
+// decisions; the sagas of other versions decode as usual.
+func TestVersionDecodeEntity(t *testing.T) {
+	type orderV1 struct{ Ref string } // the entity as version 1 wrote it
+	store := memory.New()
+	t.Cleanup(func() { _ = store.Close() })
+	noop := func(context.Context, *orchestrator.Saga[order]) orchestrator.Decision { return orchestrator.Complete() }
+	o, err := orchestrator.New(svcA, orchestrator.Domain[order]{Name: domainName, Versions: []orchestrator.Definition[order]{
+		{Version: 1, OnNext: noop, DecodeEntity: func(b []byte, into *order) error {
+			var old orderV1
+			if err := msgpack.Unmarshal(b, &old); err != nil {
+				return err
+			}
+			*into = order{ID: "v1:" + old.Ref}
+			return nil
+		}},
+		{Version: 2, OnNext: noop},
+	}}, orchestrator.WithBrokers(testenv.ClosedAddr(t)), orchestrator.WithStore(store), orchestrator.WithoutRecovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ctx := context.Background()
+	now := time.Now()
+	for _, c := range []struct {
+		id      string
+		def     int
+		entity  any
+		wantID  string
+		wantVer int
+	}{
+		{"tx-v1", 1, orderV1{Ref: "A-1"}, "v1:A-1", 1},
+		{"tx-v0", 0, orderV1{Ref: "A-0"}, "v1:A-0", 1}, // written before versions: version 1
+		{"tx-v2", 2, order{ID: "B-2"}, "B-2", 2},
+	} {
+		b, err := msgpack.Marshal(c.entity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := eventstore.Transaction{Scope: o.Scope(), TxID: c.id, Domain: domainName, State: eventstore.StateInProgress, Version: 1,
+			Definition: c.def, Payload: b, CreatedAt: now, UpdatedAt: now}
+		if err := store.CreateTransaction(ctx, tx, nil); err != nil {
+			t.Fatal(err)
+		}
+		s, err := o.Get(ctx, c.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Entity.ID != c.wantID || s.Version != c.wantVer {
+			t.Errorf("%s: entity %+v version %d, want ID %q version %d", c.id, s.Entity, s.Version, c.wantID, c.wantVer)
+		}
 	}
 }
