@@ -55,7 +55,7 @@ func (l *decisionLog) versions(txID string) []int {
 // "pause" pauses after its first step (both versions); each version's
 // OnNextRevert compensates in reverse as the default does. Every decision
 // is logged with the version that made it.
-func versionedDefs(log *decisionLog) (v1, v2 orchestrator.Definition[order]) {
+func versionedDefs(log *decisionLog, n versionNames) (v1, v2 orchestrator.Definition[order]) {
 	logged := func(v int, f func(context.Context, *orchestrator.Saga[order]) orchestrator.Decision) func(context.Context, *orchestrator.Saga[order]) orchestrator.Decision {
 		return func(ctx context.Context, s *orchestrator.Saga[order]) orchestrator.Decision {
 			log.note(s.TxID, v)
@@ -71,12 +71,13 @@ func versionedDefs(log *decisionLog) (v1, v2 orchestrator.Definition[order]) {
 			return seq(ctx, s)
 		}
 	}
-	screen := orchestrator.Step{Service: svcB, Endpoint: "screen"}
+	screen := orchestrator.Step{Service: n.svcB, Endpoint: "screen"}
+	steps := []orchestrator.Step{{Service: n.svcA, Endpoint: "reserve"}, {Service: n.svcB, Endpoint: "charge"}, {Service: n.svcA, Endpoint: "ship"}}
 	v1 = orchestrator.Definition[order]{Version: 1,
-		OnNext:       logged(1, pausing(threeSteps...)),
+		OnNext:       logged(1, pausing(steps...)),
 		OnNextRevert: logged(1, orchestrator.ReverseCompensation[order])}
 	v2 = orchestrator.Definition[order]{Version: 2,
-		OnNext:       logged(2, pausing(append([]orchestrator.Step{screen}, threeSteps...)...)),
+		OnNext:       logged(2, pausing(append([]orchestrator.Step{screen}, steps...)...)),
 		OnNextRevert: logged(2, orchestrator.ReverseCompensation[order])}
 	return v1, v2
 }
@@ -96,8 +97,45 @@ func TestVersionedDefinitionsAcrossSwitch(t *testing.T) {
 	ensureTopics(t, brokers, allTopics()...)
 	store := memory.New()
 	t.Cleanup(func() { _ = store.Close() })
+	testVersionSwitch(t, brokers, store, versionNames{orch: svcA, domain: domainName, svcA: svcA, svcB: svcB})
+}
+
+// TestVersionedDefinitionsAcrossSwitchReal is
+// TestVersionedDefinitionsAcrossSwitch on real Kafka, on each store (the
+// Cassandra store keeps the version in its definition_version column).
+func TestVersionedDefinitionsAcrossSwitchReal(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		brokers := testenv.KafkaBrokers(t)
+		u := testenv.UniqueName(t, "ver")
+		n := versionNames{orch: "orch-" + u, domain: "order-" + u, svcA: "stock-" + u, svcB: "pay-" + u}
+		ensureTopics(t, brokers, n.topics()...)
+		store := newStore(t, kind)
+		t.Cleanup(func() { _ = store.Close() })
+		testVersionSwitch(t, brokers, store, n)
+	})
+}
+
+// versionNames are the names of a version switch test: the orchestrator's
+// service, the domain and the two workers' services.
+type versionNames struct{ orch, domain, svcA, svcB string }
+
+func (n versionNames) topics() []string {
+	return []string{topics.CommandTopic(n.svcA), topics.CommandTopic(n.svcB),
+		topics.CallbackTopic(n.domain), topics.DeadLetterTopic(topics.CallbackTopic(n.domain))}
+}
+
+func testVersionSwitch(t *testing.T, brokers []string, store eventstore.Store, n versionNames) {
 	var log decisionLog
-	v1, v2 := versionedDefs(&log)
+	v1, v2 := versionedDefs(&log, n)
+	newOrch := func(t *testing.T, brokers []string, d orchestrator.Domain[order], opts ...orchestrator.Option) *orchestrator.Orchestrator[order] {
+		t.Helper()
+		o, err := orchestrator.New(n.orch, d, append([]orchestrator.Option{orchestrator.WithBrokers(brokers...)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	domainName := n.domain
 
 	// The workers: before the switch they hold every "charge" command
 	// (the step in flight across it), and fail the first attempt of a
@@ -113,7 +151,7 @@ func TestVersionedDefinitionsAcrossSwitch(t *testing.T) {
 		return topics.OutcomeOK, ""
 	})
 	isRetry := func(cmd *topics.Envelope) bool { return strings.Contains(string(cmd.Payload), "retry") }
-	startResponder(t, brokers, allTopics()[:2], func(cmd *topics.Envelope) *topics.Envelope {
+	startResponder(t, brokers, n.topics()[:2], func(cmd *topics.Envelope) *topics.Envelope {
 		mu.Lock()
 		defer mu.Unlock()
 		if !switched && cmd.Kind == topics.KindProcess && cmd.Endpoint == "charge" {
@@ -170,7 +208,7 @@ func TestVersionedDefinitionsAcrossSwitch(t *testing.T) {
 	}
 
 	// Removing version 1 now is refused, naming it and its sagas.
-	only2, err := orchestrator.New(svcA, orchestrator.Domain[order]{Name: domainName, Versions: []orchestrator.Definition[order]{v2}},
+	only2, err := orchestrator.New(n.orch, orchestrator.Domain[order]{Name: domainName, Versions: []orchestrator.Definition[order]{v2}},
 		orchestrator.WithBrokers(brokers...), orchestrator.WithStore(store))
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +290,7 @@ func TestVersionedDefinitionsAcrossSwitch(t *testing.T) {
 		after[2]:  {2, eventstore.StateCompleted, v2Steps},
 	}
 	ids := append(slices.Clone(before), after...)
-	waitTerminal(t, o, ids, 60*time.Second)
+	waitTerminal(t, o, ids, 120*time.Second)
 	for _, id := range ids {
 		s, err := o.Get(ctx, id)
 		if err != nil {
