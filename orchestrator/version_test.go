@@ -405,3 +405,43 @@ func TestVersionDecodeEntity(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownVersionLeftAlone: during a rolling deploy an instance that
+// registers only version 1 gets the reply of a saga a newer instance
+// started with version 2: it leaves the saga as it is (it would drive it
+// by another version's steps) and counts it.
+func TestUnknownVersionLeftAlone(t *testing.T) {
+	brokers := newCluster(t)
+	ensureTopics(t, brokers, allTopics()...)
+	store := memory.New()
+	t.Cleanup(func() { _ = store.Close() })
+	var log decisionLog
+	v1, v2 := versionedDefs(&log, versionNames{orch: svcA, domain: domainName, svcA: svcA, svcB: svcB})
+	startResponder(t, brokers, allTopics()[:2], appendStep(nil))
+	old := newOrch(t, brokers, orchestrator.Domain[order]{Name: domainName, Versions: []orchestrator.Definition[order]{v1}}, orchestrator.WithStore(store))
+	runOrch(t, old)
+	// The newer instance only starts sagas (it has not reached Run): the
+	// replies go to the old one.
+	newer := newOrch(t, brokers, orchestrator.Domain[order]{Name: domainName, Versions: []orchestrator.Definition[order]{v1, v2}}, orchestrator.WithStore(store))
+	t.Cleanup(func() { _ = newer.Close() })
+	ctx := context.Background()
+	id, err := newer.Start(ctx, order{ID: "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStats(t, old, "the version 2 reply left alone", func(st orchestrator.Stats) bool { return st.UnknownVersion == 1 })
+	s, err := old.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Version != 2 || s.State != eventstore.StateStarted || s.Span != 0 || len(s.Completed) != 0 {
+		t.Fatalf("saga after its reply reached an instance without its version: version %d %s span %d completed %v; want version 2 STARTED at span 0, nothing completed",
+			s.Version, s.State, s.Span, s.Completed)
+	}
+	if got := log.versions(id); !slices.Equal(got, []int{2}) {
+		t.Fatalf("decided by versions %v, want only 2 (its start)", got)
+	}
+	if st := old.Stats(); st.Replies != 0 {
+		t.Fatalf("old instance applied %d replies, want 0", st.Replies)
+	}
+}
