@@ -51,15 +51,13 @@ func TestDefinitionVersionAcrossReleases(t *testing.T) {
 	if err := s.CreateTransaction(ctx, tx, nil); err != nil {
 		t.Fatal(err)
 	}
-	var domain, state string
-	var version int64
+	row := map[string]any{}
 	iter := admin.Query(q(prevSelectTx), scope.Region, scope.Cluster, scope.Service, tx.TxID).IterContext(ctx)
-	cols := iter.Columns()
-	if !iter.Scan(append([]any{&domain, &state, &version}, discard(len(cols)-3)...)...) {
+	if !iter.MapScan(row) {
 		t.Fatalf("previous release's select found no row: %v", iter.Close())
 	}
-	if err := iter.Close(); err != nil || state != string(eventstore.StateInProgress) || version != 1 {
-		t.Fatalf("previous release's select: state %q version %d, %v", state, version, err)
+	if err := iter.Close(); err != nil || row["running_status"] != string(eventstore.StateInProgress) || row["version"] != int64(1) || len(row) != 22 {
+		t.Fatalf("previous release's select: %v, %v", row, err)
 	}
 
 	next := tx
@@ -86,14 +84,4 @@ type prevCompleted struct {
 	Span        int
 	Endpoint    string
 	Compensable bool
-}
-
-// discard returns n scan destinations that keep nothing.
-func discard(n int) []any {
-	out := make([]any, n)
-	for i := range out {
-		var v any
-		out[i] = &v
-	}
-	return out
 }

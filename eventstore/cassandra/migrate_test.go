@@ -152,7 +152,7 @@ func v1Alters(t *testing.T, keyspace string) []string {
 			out = append(out, stmt)
 		}
 	}
-	if len(out) != 10 {
+	if len(out) != 12 {
 		t.Fatalf("the schema lacks the %s or %s table", cassandra.TableAdminAudit, cassandra.TableBusinessKey)
 	}
 	return out
@@ -160,7 +160,7 @@ func v1Alters(t *testing.T, keyspace string) []string {
 
 // TestMigrateFirstReleaseKeyspace: a keyspace with the first release's
 // tables and a saga written the old way. Before the upgrade the store's
-// writes fail ("Undefined column name"); New with CreateSchema adds the 8
+// writes fail ("Undefined column name"); New with CreateSchema adds the 10
 // columns and the tables added since (es_admin_audit, es_business_key), the old saga loads, and a full create/transition/pause/freeze
 // with a trace id round-trips.
 func TestMigrateFirstReleaseKeyspace(t *testing.T) {
