@@ -82,7 +82,7 @@ func TestSchemaApplyUpgradesOldKeyspace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("diff: exit %d: %s", code, errOut)
 	}
-	want := "-- keyspace " + ks + " on " + strings.Join(hosts, ",") + ": 10 statements to run (sagactl schema apply runs them)\n\n" +
+	want := "-- keyspace " + ks + " on " + strings.Join(hosts, ",") + ": 12 statements to run (sagactl schema apply runs them)\n\n" +
 		strings.Join(pending, ";\n\n") + ";\n"
 	if out != want {
 		t.Fatalf("diff printed\n%s\nwant\n%s", out, want)
