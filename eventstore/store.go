@@ -179,6 +179,13 @@ type Transaction struct {
 	// restores, resumes and pause deadlines, which no message carries a
 	// trace context to, continue the saga's trace from it.
 	TraceParent string
+	// Definition is the version of the domain's definition the saga was
+	// started with (orchestrator.Definition): the saga is driven by that
+	// version until it ends. 0 is a row written before definitions had
+	// versions (or by a writer that does not set it); the orchestrator
+	// reads it as version 1. It must lie in 0..MaxDefinition and is
+	// written at create and kept by every later write.
+	Definition int
 	// LifetimeStart is when the saga's transaction lifetime started
 	// counting: zero means CreatedAt; an admin's restore of a DISABLED
 	// saga sets it to the time of the restore (see Lifetime).
@@ -346,6 +353,9 @@ type FrozenTransaction struct {
 	Reason   string
 	FrozenAt time.Time
 }
+
+// MaxDefinition bounds Transaction.Definition (a CQL int).
+const MaxDefinition = 1<<31 - 1
 
 // MaxVersion and MaxFence bound Transaction.Version and Transaction.Fence
 // (see WriteTime).

@@ -29,7 +29,8 @@ func validateTxID(txID string) error {
 
 // Validate checks tx's key (ValidateKey), if set its RestorePath
 // (RecoveryPath.Validate; the error then ends in "(restore path)"), then
-// its Version and Fence ranges (MaxVersion, MaxFence). It
+// its Version, Fence and Definition ranges (MaxVersion, MaxFence,
+// MaxDefinition). It
 // shadows the promoted Scope.Validate, which checks the scope alone.
 func (tx Transaction) Validate() error {
 	if err := ValidateKey(tx.Scope, tx.TxID); err != nil {
@@ -45,6 +46,9 @@ func (tx Transaction) Validate() error {
 	}
 	if tx.Fence < 0 || tx.Fence > MaxFence {
 		return fmt.Errorf("%w: fence %d outside 0..%d", ErrInvalid, tx.Fence, MaxFence)
+	}
+	if tx.Definition < 0 || tx.Definition > MaxDefinition {
+		return fmt.Errorf("%w: definition version %d outside 0..%d", ErrInvalid, tx.Definition, MaxDefinition)
 	}
 	return nil
 }

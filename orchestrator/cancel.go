@@ -338,6 +338,11 @@ func (o *Orchestrator[T]) applyControl(ctx context.Context, tx *eventstore.Trans
 		log.Info("orchestrator: control request ignored: the saga had ended before it was applied")
 		return nil
 	}
+	if req.Action != ControlTerminate && o.unregistered(ctx, tx, "cancel") {
+		// Compensating needs the saga's own OnNextRevert; a terminate
+		// runs nothing and needs no definition.
+		return nil
+	}
 	now := o.cfg.now()
 	outcome := OutcomeCancelled
 	if req.Action == ControlTerminate {
@@ -390,7 +395,7 @@ func (o *Orchestrator[T]) applyControl(ctx context.Context, tx *eventstore.Trans
 		if !forward {
 			// Paused in compensation: the compensation goes on now.
 			tx.Error = req.detail()
-			return o.next(ctx, tx, o.domain.OnNextRevert, nil, tryout, from)
+			return o.next(ctx, tx, o.onNextRevert(tx), nil, tryout, from)
 		}
 		// The paused step succeeded (it is in Completed): it is undone too.
 		tx.Error = req.detail()

@@ -105,8 +105,12 @@ type StepResult struct {
 type Saga[T any] struct {
 	TxID   string
 	Domain string
-	State  eventstore.State
-	Entity T
+	// Version is the version of the domain's definition the saga was
+	// started with, which drives it to its end (Domain.Versions; 1 for a
+	// domain without versions and for sagas written before them).
+	Version int
+	State   eventstore.State
+	Entity  T
 	// Span is the current (or last) span; Step its endpoint; Kind is
 	// "process" or "revert"; Attempt counts its re-drives from 1.
 	Span    int
@@ -151,6 +155,15 @@ type Domain[T any] struct {
 	// OnNextRevert decides the next compensation step. Nil means the default:
 	// compensate the completed non-query steps in reverse order.
 	OnNextRevert func(ctx context.Context, s *Saga[T]) Decision
+	// Versions, instead of OnNext and OnNextRevert, registers several
+	// versions of the definition: new sagas start with the newest (or the
+	// one WithStartVersion names), and each saga is driven by the version
+	// it started with until it ends, re-drives, restores, pauses and
+	// compensation included. OnNext and OnNextRevert alone are version 1,
+	// as are sagas written before versions existed. Run refuses to start
+	// while sagas in flight use a version left out (ErrVersionInFlight).
+	// See docs/versions.md.
+	Versions []Definition[T]
 }
 
 // Sequence returns an OnNext that runs steps in order and then completes.

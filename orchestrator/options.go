@@ -50,6 +50,8 @@ type config struct {
 
 	stateCacheSize int
 	markerCleanup  bool
+	// startVersion is WithStartVersion's (0: the newest).
+	startVersion int
 
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
@@ -383,3 +385,11 @@ func WithStateCacheSize(n int) Option { return optFunc(func(c *config) { c.state
 // writeprotect.WithTerminalFence, or a duplicate arriving after the end
 // runs its step again.
 func WithMarkerCleanup() Option { return optFunc(func(c *config) { c.markerCleanup = true }) }
+
+// WithStartVersion makes new sagas start with definition version v (which
+// Domain.Versions must register) instead of the newest. A rolling deploy
+// that adds a version uses it to register the new version on every
+// instance first, starting sagas with the old one, and then switches.
+func WithStartVersion(v int) Option {
+	return optFunc(func(c *config) { c.startVersion = v })
+}

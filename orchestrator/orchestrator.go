@@ -97,13 +97,17 @@ type Orchestrator[T any] struct {
 	instance string
 	service  string
 	domain   Domain[T]
-	cfg      config
-	store    eventstore.Store
-	watched  eventstore.WatchedCreator // store, if it is one (nil otherwise)
-	scope    eventstore.Scope
-	code     uint16
-	prod     *kgo.Client // commands and dead letters; made by New
-	cbTopic  string
+	// defs are the domain's definition versions (version.go);
+	// startVersion the one new sagas start with.
+	defs         definitions[T]
+	startVersion int
+	cfg          config
+	store        eventstore.Store
+	watched      eventstore.WatchedCreator // store, if it is one (nil otherwise)
+	scope        eventstore.Scope
+	code         uint16
+	prod         *kgo.Client // commands and dead letters; made by New
+	cbTopic      string
 
 	locks [4096]sync.Mutex
 	seed  maphash.Seed
@@ -159,6 +163,8 @@ type counters struct {
 	fastRetried, timedOut                                    atomic.Int64
 	// cancel.go
 	cancelled, terminated, controlsIgnored, afterTerminate atomic.Int64
+	// version.go
+	unknownVersion atomic.Int64
 	// what became of the sagas whose Start failed after a create that
 	// may have landed (failStart), one counter per outcome so that each
 	// is monotonic
@@ -198,6 +204,10 @@ type Stats struct {
 	// replies it ignored because their saga was TERMINATED (also counted
 	// in StaleReplies).
 	Cancelled, Terminated, ControlsIgnored, RepliesAfterTerminate int64
+	// UnknownVersion counts the replies, cancels and resumes this
+	// instance left alone because their saga's definition version is not
+	// registered here (see Domain.Versions).
+	UnknownVersion int64
 	// FailedStarts counts the Start calls whose create failed but may have
 	// landed (a timeout, a batch applied in part), after which Start tried
 	// (or, too late to, did not try) to mark the saga COMPENSATED to keep
@@ -238,8 +248,14 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	if err := topics.ValidName(domain.Name); err != nil {
 		errs = append(errs, fmt.Errorf("orchestrator: domain name: %w", err))
 	}
-	if domain.OnNext == nil {
-		errs = append(errs, errors.New("orchestrator: domain OnNext is nil"))
+	defs, defErrs := newDefinitions(domain)
+	errs = append(errs, defErrs...)
+	startVersion := defs.newest
+	if cfg.startVersion != 0 {
+		startVersion = cfg.startVersion
+		if defs.byVersion[startVersion] == nil && len(defErrs) == 0 {
+			errs = append(errs, fmt.Errorf("orchestrator: WithStartVersion(%d): not a registered definition version (registered: %v)", cfg.startVersion, keysOf(defs.byVersion)))
+		}
 	}
 	if len(cfg.brokers) == 0 && len(cfg.kafkaOpts) == 0 {
 		errs = append(errs, errors.New("orchestrator: no Kafka brokers (use WithBrokers)"))
@@ -299,21 +315,20 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if domain.OnNextRevert == nil {
-		domain.OnNextRevert = ReverseCompensation[T]
-	}
 	o := &Orchestrator[T]{
-		instance: uuid.NewString(),
-		service:  service,
-		domain:   domain,
-		cfg:      cfg,
-		store:    cfg.store,
-		scope:    eventstore.Scope{Region: cfg.region, Cluster: cfg.cluster, Service: service},
-		code:     code,
-		cbTopic:  topics.CallbackTopic(domain.Name),
-		seed:     maphash.MakeSeed(),
-		running:  make(chan struct{}),
-		done:     make(chan struct{}),
+		instance:     uuid.NewString(),
+		service:      service,
+		domain:       domain,
+		defs:         defs,
+		startVersion: startVersion,
+		cfg:          cfg,
+		store:        cfg.store,
+		scope:        eventstore.Scope{Region: cfg.region, Cluster: cfg.cluster, Service: service},
+		code:         code,
+		cbTopic:      topics.CallbackTopic(domain.Name),
+		seed:         maphash.MakeSeed(),
+		running:      make(chan struct{}),
+		done:         make(chan struct{}),
 	}
 	if err := o.initTelemetry(); err != nil {
 		return nil, err
@@ -409,6 +424,7 @@ func (o *Orchestrator[T]) Stats() Stats {
 		TimedOut:  c.timedOut.Load(),
 		Cancelled: c.cancelled.Load(), Terminated: c.terminated.Load(),
 		ControlsIgnored: c.controlsIgnored.Load(), RepliesAfterTerminate: c.afterTerminate.Load(),
+		UnknownVersion: c.unknownVersion.Load(),
 	}
 	marked, restorable, unwatched := c.startsMarked.Load(), c.startsRestorable.Load(), c.startsUnwatched.Load()
 	st.FailedStarts, st.FailedStartsUnmarked, st.FailedStartsUnwatched = marked+restorable+unwatched, restorable+unwatched, unwatched
@@ -424,7 +440,10 @@ func (o *Orchestrator[T]) Stats() Stats {
 // topics.ErrInstanceFenced when another process joined the group with its
 // instance id (WithInstanceID), and one wrapping
 // topics.ErrSessionTimeoutRefused when the brokers refuse its session
-// timeout (WithSessionTimeout).
+// timeout (WithSessionTimeout). Before joining the group it counts the
+// domain's sagas in flight by definition version (InFlight) and returns a
+// *VersionInFlightError (ErrVersionInFlight) naming each version that has
+// sagas in flight but is not registered, with their count.
 func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 	if !o.started.CompareAndSwap(false, true) {
 		return ErrStarted
@@ -450,6 +469,14 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 			}
 			return err
 		}
+	}
+	// Refuse to drive the domain while sagas in flight use a definition
+	// version that is not registered (version.go).
+	if err := o.checkVersions(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	consumerOpts := append([]kgo.Opt{
 		kgo.ConsumerGroup(o.cfg.group(o.scope, o.domain.Name)),
@@ -704,14 +731,14 @@ func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span, 
 // created and confirms if it took long (see startKeyed).
 func (o *Orchestrator[T]) launch(ctx context.Context, entity T, span trace.Span, base eventstore.Transaction, claim *eventstore.BusinessKey) (string, error) {
 	txID, now := base.TxID, o.cfg.now()
-	s := &Saga[T]{TxID: txID, Domain: o.domain.Name, State: eventstore.StateStarted, Entity: entity, Span: -1, CreatedAt: base.CreatedAt, UpdatedAt: now}
-	d := o.decide(ctx, o.domain.OnNext, s)
+	s := &Saga[T]{TxID: txID, Domain: o.domain.Name, Version: o.startVersion, State: eventstore.StateStarted, Entity: entity, Span: -1, CreatedAt: base.CreatedAt, UpdatedAt: now}
+	d := o.decide(ctx, o.defs.byVersion[o.startVersion].OnNext, s)
 	if d.kind == decidePause {
 		d = Fail("OnNext paused before the first step: a pause follows a step that succeeded")
 	}
 	tx := eventstore.Transaction{
 		Scope: o.scope, TxID: txID, Domain: o.domain.Name, State: eventstore.StateStarted,
-		Version: 1, Fence: base.Fence, Payload: base.Payload, LifetimeStart: base.LifetimeStart, CreatedAt: base.CreatedAt, UpdatedAt: now,
+		Version: 1, Fence: base.Fence, Definition: o.startVersion, Payload: base.Payload, LifetimeStart: base.LifetimeStart, CreatedAt: base.CreatedAt, UpdatedAt: now,
 	}
 	switch d.kind {
 	case decideSend:
@@ -757,7 +784,7 @@ func (o *Orchestrator[T]) launch(ctx context.Context, entity T, span trace.Span,
 	}
 	o.cache.put(&tx)
 	o.stats.started.Add(1)
-	o.emit(Event{TxID: txID, Domain: o.domain.Name, To: tx.State, At: now})
+	o.emit(Event{TxID: txID, Domain: o.domain.Name, Version: versionOf(&tx), To: tx.State, At: now})
 	if d.kind != decideSend {
 		o.countTerminal(tx.State)
 		return txID, nil
@@ -953,7 +980,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	}
 	o.timeStep(&cur)
 	o.armRetry(cur.TxID, cur.Version, fast)
-	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
+	o.emit(Event{TxID: cur.TxID, Domain: cur.Domain, Version: versionOf(&cur), From: from, To: cur.State, Span: cur.Span, Kind: cur.Kind, Endpoint: cur.Endpoint, Error: cur.Error, At: cur.UpdatedAt})
 	return fmt.Errorf("%w (saga %s parked in RETRY_PENDING)", err, tx.TxID)
 }
 
@@ -1080,7 +1107,7 @@ func (o *Orchestrator[T]) prepareRedriveAt(ctx context.Context, txID string, ver
 	o.cache.put(&tx)
 	o.timeStep(&tx)
 	o.stats.retried.Add(1)
-	o.emit(Event{TxID: txID, Domain: o.domain.Name, From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt})
+	o.emit(Event{TxID: txID, Domain: o.domain.Name, Version: versionOf(&tx), From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt})
 	return tx, nil
 }
 
@@ -1142,7 +1169,7 @@ func (o *Orchestrator[T]) decide(ctx context.Context, f func(context.Context, *S
 // view builds the Saga a decision function or a caller sees.
 func (o *Orchestrator[T]) view(tx *eventstore.Transaction, last *StepResult) (*Saga[T], error) {
 	s := &Saga[T]{
-		TxID: tx.TxID, Domain: tx.Domain, State: tx.State, Span: tx.Span, Kind: tx.Kind,
+		TxID: tx.TxID, Domain: tx.Domain, Version: versionOf(tx), State: tx.State, Span: tx.Span, Kind: tx.Kind,
 		Attempt: tx.Attempt, Last: last, Hints: tx.Hints, Error: tx.Error,
 		PauseEvent: tx.PauseEvent, PausedUntil: tx.PausedUntil, TraceID: tx.TraceID,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt,
@@ -1150,8 +1177,12 @@ func (o *Orchestrator[T]) view(tx *eventstore.Transaction, last *StepResult) (*S
 	s.Step.Service, s.Step.Endpoint = parseQualified(tx.Endpoint)
 	s.Step.Query = isQuery(tx.Endpoint)
 	if len(tx.Payload) > 0 {
-		if err := msgpack.Unmarshal(tx.Payload, &s.Entity); err != nil {
-			return nil, fmt.Errorf("orchestrator: decode entity of %s: %w", tx.TxID, err)
+		decode := func(b []byte, e *T) error { return msgpack.Unmarshal(b, e) }
+		if def, ok := o.definition(tx); ok && def.DecodeEntity != nil {
+			decode = def.DecodeEntity
+		}
+		if err := decode(tx.Payload, &s.Entity); err != nil {
+			return nil, fmt.Errorf("orchestrator: decode entity of %s (definition version %d): %w", tx.TxID, versionOf(tx), err)
 		}
 	}
 	s.Completed = make([]CompletedStep, len(tx.Completed))
@@ -1175,8 +1206,10 @@ func (o *Orchestrator[T]) countTerminal(s eventstore.State) {
 
 // Event is a state change, delivered to listeners.
 type Event struct {
-	TxID     string
-	Domain   string
+	TxID   string
+	Domain string
+	// Version is the saga's definition version (Saga.Version).
+	Version  int
 	From, To eventstore.State
 	// Span, Kind and Endpoint ("service/endpoint") name the step whose
 	// result caused the change or, when none did (start, re-drive), the step

@@ -344,6 +344,9 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 // saga's lock, whose pause a resume with rc claimed.
 func (o *Orchestrator[T]) continueFrom(ctx context.Context, tx *eventstore.Transaction, rc map[string]string) (err error) {
 	txID := tx.TxID
+	if o.unregistered(ctx, tx, "resume") {
+		return fmt.Errorf("orchestrator: resume %s: %w %d", txID, ErrUnknownVersion, versionOf(tx))
+	}
 	ctx, tspan := o.sagaSpan(ctx, "resume", tx)
 	defer func() { endSpan(tspan, tx, err) }()
 	b, err := eventstore.EncodeResumeContext(rc)
@@ -360,9 +363,9 @@ func (o *Orchestrator[T]) continueFrom(ctx context.Context, tx *eventstore.Trans
 	tx.PausedUntil, tx.PauseEvent = time.Time{}, ""
 	ctx = withPersistFirst(withResume(ctx, rc))
 	if tx.Kind == string(topics.KindProcess) {
-		return o.next(ctx, tx, o.domain.OnNext, last, tryout, from)
+		return o.next(ctx, tx, o.onNext(tx), last, tryout, from)
 	}
-	return o.next(ctx, tx, o.domain.OnNextRevert, last, tryout, from)
+	return o.next(ctx, tx, o.onNextRevert(tx), last, tryout, from)
 }
 
 // redrivePaused handles a directory entry of a PAUSED saga: a resume

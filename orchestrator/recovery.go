@@ -300,6 +300,6 @@ func (o *Orchestrator[T]) disable(ctx context.Context, txID string) (err error) 
 	o.steps.disarm(txID)
 	o.stats.disabled.Add(1)
 	o.logger().Warn("orchestrator: saga disabled: it outlived its transaction lifetime", "tx", txID, "from", from)
-	o.emit(Event{TxID: txID, Domain: tx.Domain, From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Error: reason, At: tx.UpdatedAt})
+	o.emit(Event{TxID: txID, Domain: tx.Domain, Version: versionOf(&tx), From: from, To: tx.State, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Error: reason, At: tx.UpdatedAt})
 	return nil
 }

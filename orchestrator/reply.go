@@ -82,6 +82,9 @@ func (o *Orchestrator[T]) decodeReply(ctx context.Context, r *kgo.Record, reject
 // reply is being applied. Its step's latency is recorded then too, once:
 // a reply retried after a failure is not observed per try.
 func (o *Orchestrator[T]) applyReply(ctx context.Context, r *kgo.Record, tx *eventstore.Transaction, env *topics.Envelope) error {
+	if o.unregistered(ctx, tx, "reply") {
+		return nil
+	}
 	var step stepKey
 	var sent time.Time
 	if o.tel.stepDur != nil {
@@ -183,13 +186,13 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 			if p := env.Pause; p != nil {
 				return o.pause(ctx, tx, p.Event, time.Duration(p.DeadlineMs)*time.Millisecond, tryout, from, last)
 			}
-			return o.next(ctx, tx, o.domain.OnNextRevert, last, tryout, from)
+			return o.next(ctx, tx, o.onNextRevert(tx), last, tryout, from)
 		}
 		tx.Completed = append(tx.Completed, eventstore.CompletedSpan{Span: tx.Span, Endpoint: tx.Endpoint, Compensable: !isQuery(tx.Endpoint)})
 		if p := env.Pause; p != nil {
 			return o.pause(ctx, tx, p.Event, time.Duration(p.DeadlineMs)*time.Millisecond, tryout, from, last)
 		}
-		return o.next(ctx, tx, o.domain.OnNext, last, tryout, from)
+		return o.next(ctx, tx, o.onNext(tx), last, tryout, from)
 	case topics.OutcomeRetryable:
 		tx.Error = env.Error
 		if pol := o.retryPolicy(tx); pol.Exhausted(tx.Attempt) {
@@ -292,7 +295,7 @@ func (o *Orchestrator[T]) compensateWith(ctx context.Context, tx *eventstore.Tra
 		return o.failDecode(ctx, tx, err, tryout, from, last)
 	}
 	s.State = eventstore.StateCompensating
-	d := o.decide(ctx, o.domain.OnNextRevert, s)
+	d := o.decide(ctx, o.onNextRevert(tx), s)
 	if d.kind == decidePause {
 		d = Fail("OnNextRevert paused before any compensation ran: a pause follows a step that succeeded")
 	}
@@ -444,7 +447,7 @@ func (o *Orchestrator[T]) persist(ctx context.Context, tx *eventstore.Transactio
 	}
 	o.cache.put(tx)
 	o.timeStep(tx)
-	ev := Event{TxID: tx.TxID, Domain: tx.Domain, From: from, To: state, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt}
+	ev := Event{TxID: tx.TxID, Domain: tx.Domain, Version: versionOf(tx), From: from, To: state, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, At: tx.UpdatedAt}
 	if last != nil {
 		ev.Span, ev.Kind, ev.Endpoint = last.Span, last.Kind, qualify(last.Step)
 		ev.Outcome, ev.Error = last.Outcome, last.Error

@@ -150,7 +150,7 @@ func listInState(ctx context.Context, s eventstore.Store, scope eventstore.Scope
 		return l, err
 	}
 	l.ws = ws
-	paths, n, err := walkDirectory(ctx, s, scope, cfg, ws, now, keep)
+	paths, n, err := walkDirectory(ctx, s, scope, cfg, ws, now, keep, "")
 	l.paths, l.entries = paths, n
 	if err != nil {
 		return l, err
@@ -173,8 +173,9 @@ func listInState(ctx context.Context, s eventstore.Store, scope eventstore.Scope
 // every window of every instance of the whole token ring over the days a
 // retry node scans (today − cfg.LookbackDays, at now) up to the farthest
 // window an entry can be registered in, and returns the paths of the
-// entries naming each saga and how many entries it read.
-func walkDirectory(ctx context.Context, s eventstore.Directory, scope eventstore.Scope, cfg Config, ws Windows, now time.Time, keep func(bucket int) bool) (map[string][]eventstore.RecoveryPath, int, error) {
+// entries naming each saga and how many entries it read; with domain set,
+// only the entries of that domain.
+func walkDirectory(ctx context.Context, s eventstore.Directory, scope eventstore.Scope, cfg Config, ws Windows, now time.Time, keep func(bucket int) bool, domain string) (map[string][]eventstore.RecoveryPath, int, error) {
 	paths := map[string][]eventstore.RecoveryPath{}
 	today := ws.At(now).Day
 	from := ws.AddDays(today, -cfg.LookbackDays)
@@ -186,7 +187,7 @@ func walkDirectory(ctx context.Context, s eventstore.Directory, scope eventstore
 	}
 	total := 0
 	for _, d := range days {
-		n, err := entriesOfDay(ctx, s, scope, d, cfg.PageSize, keep, paths)
+		n, err := entriesOfDay(ctx, s, scope, d, cfg.PageSize, keep, domain, paths)
 		total += n
 		if err != nil {
 			return paths, total, err
@@ -269,8 +270,8 @@ func listDays(ctx context.Context, s eventstore.Directory, scope eventstore.Scop
 }
 
 // entriesOfDay adds the tier-5 rows of every bucket of day d that passes
-// keep to paths and returns how many it read.
-func entriesOfDay(ctx context.Context, s eventstore.Directory, scope eventstore.Scope, d time.Time, pageSize int, keep func(bucket int) bool, paths map[string][]eventstore.RecoveryPath) (int, error) {
+// keep (and is of domain, if set) to paths and returns how many it read.
+func entriesOfDay(ctx context.Context, s eventstore.Directory, scope eventstore.Scope, d time.Time, pageSize int, keep func(bucket int) bool, domain string, paths map[string][]eventstore.RecoveryPath) (int, error) {
 	ds := d.Format(time.DateOnly)
 	slots, err := s.ListWindows(ctx, scope, d)
 	if err != nil {
@@ -298,7 +299,9 @@ func entriesOfDay(ctx context.Context, s eventstore.Directory, scope eventstore.
 						return n, fmt.Errorf("recovery: list entries of %s: %w", fmtPath(p), err)
 					}
 					for _, e := range list {
-						paths[e.TxID] = append(paths[e.TxID], e.RecoveryPath)
+						if domain == "" || e.Domain == domain {
+							paths[e.TxID] = append(paths[e.TxID], e.RecoveryPath)
+						}
 					}
 					n += len(list)
 					if len(list) == 0 || (pageSize > 0 && len(list) < pageSize) || pageSize <= 0 {

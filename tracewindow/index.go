@@ -53,9 +53,13 @@ type Entry struct {
 	Kind     string `json:"kind,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
 	// Error is the last error, cut to MaxEntryError bytes.
-	Error     string    `json:"error,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Error string `json:"error,omitempty"`
+	// Definition is the version of the domain's definition the saga
+	// started with (orchestrator.Saga.Version; 0: not known, e.g. an
+	// entry written before versions).
+	Definition int       `json:"definition_version,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
 }
 
 // MaxEntryError bounds Entry.Error (the whole error is in the saga row).
@@ -210,7 +214,7 @@ func EntryOf(tx *eventstore.Transaction) Entry {
 	}
 	return Entry{
 		TxID: tx.TxID, Domain: tx.Domain, State: tx.State, Span: tx.Span, Kind: tx.Kind,
-		Endpoint: tx.Endpoint, Error: clip(tx.Error, MaxEntryError),
+		Endpoint: tx.Endpoint, Error: clip(tx.Error, MaxEntryError), Definition: max(tx.Definition, 1),
 		CreatedAt: created, UpdatedAt: eventstore.StoredTime(tx.UpdatedAt),
 	}
 }

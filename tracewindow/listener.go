@@ -25,6 +25,6 @@ func Listener(idx Index, scope eventstore.Scope) func(orchestrator.Event) {
 func EntryOfEvent(ev orchestrator.Event) Entry {
 	return Entry{
 		TxID: ev.TxID, Domain: ev.Domain, State: ev.To, Span: ev.Span, Kind: ev.Kind,
-		Endpoint: ev.Endpoint, Error: clip(ev.Error, MaxEntryError), UpdatedAt: ev.At,
+		Endpoint: ev.Endpoint, Error: clip(ev.Error, MaxEntryError), Definition: ev.Version, UpdatedAt: ev.At,
 	}
 }

@@ -51,6 +51,10 @@ type SagaView struct {
 	Terminal bool             `json:"terminal"`
 	InFlight bool             `json:"in_flight"`
 	Version  int64            `json:"version"`
+	// Definition is the version of the domain's definition the saga
+	// started with and is driven by (1 for a saga written before
+	// versions).
+	Definition int `json:"definition_version"`
 	// Span, Kind, Endpoint and Attempt are the current (or last) step.
 	Span     int    `json:"span"`
 	Kind     string `json:"kind,omitempty"`
@@ -307,7 +311,7 @@ func timePtr(t time.Time) *time.Time {
 func viewSaga(tx *eventstore.Transaction, frozen *eventstore.FrozenTransaction) SagaView {
 	v := SagaView{
 		TxID: tx.TxID, Domain: tx.Domain, State: tx.State, Terminal: tx.State.Terminal(), InFlight: InFlight(tx.State),
-		Version: tx.Version, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: tx.Error, TraceID: tx.TraceID,
+		Version: tx.Version, Definition: max(tx.Definition, 1), Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: tx.Error, TraceID: tx.TraceID,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt, LifetimeStart: timePtr(tx.LifetimeStart),
 		PausedUntil: timePtr(tx.PausedUntil), Hints: tx.Hints, Entity: EntityJSON(tx.Payload),
 		Completed: make([]CompletedView, 0, len(tx.Completed)),

@@ -73,10 +73,12 @@ reason:
   Pages hold --limit sagas (default 50); the table ends with the --after
   cursor of the next page when there is one; --page P is page P (from 1).
 
-show prints one saga (state, step, error, lifetime, trace id, watchdog, frozen copy),
-its whole history: index, span, kind, endpoint, attempt, outcome, error,
-started, duration, and its admin audit trail: every admin action on it (when,
-who, action, detail, result, error), from sagactl and the Trace Window.
+show prints one saga (state, definition version, step, error, lifetime,
+trace id, watchdog, frozen copy), its whole history: index, span, kind,
+endpoint, attempt, outcome, error, started, duration, and its admin audit
+trail: every admin action on it (when, who, action, detail, result, error),
+from sagactl and the Trace Window. The lists show each saga's definition
+version (DEF: the version of its domain's definition it started with).
 
 restore makes a saga run again through the retry nodes (it sends nothing
 itself): a DISABLED saga's lifetime restarts now; a DISABLED or
@@ -541,6 +543,9 @@ type jsonSaga struct {
 	PausedUntil   time.Time `json:"paused_until,omitzero"`
 	TraceID       string    `json:"trace_id,omitempty"`
 	Watchdog      *jsonPath `json:"watchdog,omitempty"`
+	// Definition is the version of the domain's definition the saga
+	// started with (1 for a saga written before versions).
+	Definition int `json:"definition_version"`
 }
 
 func toJSONSaga(tx eventstore.Transaction, at time.Time) jsonSaga {
@@ -549,6 +554,7 @@ func toJSONSaga(tx eventstore.Transaction, at time.Time) jsonSaga {
 		Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: tx.Error,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt, LifetimeStart: tx.LifetimeFrom(),
 		AgeSeconds: int64(at.Sub(tx.CreatedAt) / time.Second), PausedUntil: tx.PausedUntil, TraceID: tx.TraceID,
+		Definition: definitionOf(tx),
 	}
 	if tx.RestorePath != nil {
 		p := toJSONPath(*tx.RestorePath)
@@ -607,7 +613,7 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 		out.Next = l.Next
 		sagas := []jsonPending{}
 		if !c.json && len(l.Sagas) > 0 {
-			fmt.Fprintln(tw, "TXID\tSTATE\tDOMAIN\tSTEP\tATTEMPT\tAGE\tRETRY DUE\tERROR")
+			fmt.Fprintln(tw, "TXID\tSTATE\tDOMAIN\tDEF\tSTEP\tATTEMPT\tAGE\tRETRY DUE\tERROR")
 		}
 		for _, s := range l.Sagas {
 			js := jsonPending{jsonSaga: toJSONSaga(s.Transaction, at), RetryDue: s.Due, Retries: []jsonPath{}}
@@ -615,7 +621,7 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 				js.Retries = append(js.Retries, toJSONPath(p))
 			}
 			sagas = append(sagas, js)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.TxID, s.State, s.Domain, step(s.Transaction), s.Attempt,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", s.TxID, s.State, s.Domain, definitionOf(s.Transaction), step(s.Transaction), s.Attempt,
 				age(at.Sub(s.CreatedAt)), due(s.Due, at), oneLine(s.Error, 100))
 		}
 		out.Sagas = sagas
@@ -627,7 +633,7 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 		out.Next = l.Next
 		sagas := []jsonPaused{}
 		if !c.json && len(l.Sagas) > 0 {
-			fmt.Fprintln(tw, "TXID\tDOMAIN\tSTEP\tEVENT\tAGE\tPAUSED FOR\tDEADLINE\tCLAIM\tCORRELATION KEY")
+			fmt.Fprintln(tw, "TXID\tDOMAIN\tDEF\tSTEP\tEVENT\tAGE\tPAUSED FOR\tDEADLINE\tCLAIM\tCORRELATION KEY")
 		}
 		for _, s := range l.Sagas {
 			js := jsonPaused{jsonSaga: toJSONSaga(s.Transaction, at), PauseEvent: s.PauseEvent, CorrelationKey: s.CorrelationKey,
@@ -645,7 +651,7 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 			case eventstore.ClaimDeadline:
 				claim = "deadline passed"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.TxID, s.Domain, step(s.Transaction), oneLine(s.PauseEvent, 60),
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.TxID, s.Domain, definitionOf(s.Transaction), step(s.Transaction), oneLine(s.PauseEvent, 60),
 				age(at.Sub(s.CreatedAt)), age(at.Sub(s.UpdatedAt)), deadline(s.PausedUntil, at), claim, s.CorrelationKey)
 		}
 		out.Sagas = sagas
@@ -658,7 +664,7 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 		out.Next, out.TotalFrozen = l.Next, &l.Total
 		sagas := []jsonFrozen{}
 		if !c.json && len(l.Sagas) > 0 {
-			fmt.Fprintln(tw, "TXID\tSTATE\tDOMAIN\tSTEP\tAGE\tFROZEN\tREASON")
+			fmt.Fprintln(tw, "TXID\tSTATE\tDOMAIN\tDEF\tSTEP\tAGE\tFROZEN\tREASON")
 		}
 		for _, s := range l.Sagas {
 			js := jsonFrozen{jsonSaga: toJSONSaga(s.Transaction, at), FrozenState: string(s.Transaction.State), Reason: s.Reason, FrozenAt: s.FrozenAt}
@@ -673,7 +679,7 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 			if reason == "" {
 				reason = s.Error
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.TxID, state, s.Domain, step(s.Transaction),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.TxID, state, s.Domain, definitionOf(s.Transaction), step(s.Transaction),
 				age(at.Sub(s.CreatedAt)), age(at.Sub(s.FrozenAt))+" ago", oneLine(reason, 100))
 		}
 		out.Sagas = sagas
@@ -859,6 +865,7 @@ func (c *cli) show(ctx context.Context, txID string) int {
 	fmt.Fprintf(tw, "saga\t%s\n", tx.TxID)
 	fmt.Fprintf(tw, "scope\t%s\n", c.scopeString())
 	fmt.Fprintf(tw, "domain\t%s\n", tx.Domain)
+	fmt.Fprintf(tw, "definition\tversion %d\n", definitionOf(tx))
 	fmt.Fprintf(tw, "state\t%s (version %d)\n", tx.State, tx.Version)
 	fmt.Fprintf(tw, "step\t%s, attempt %d\n", step(tx), tx.Attempt)
 	fmt.Fprintf(tw, "error\t%s\n", oneLine(tx.Error, 200))
@@ -1098,3 +1105,8 @@ func (c *cli) restoreAllDisabled(ctx context.Context) int {
 	fmt.Fprintf(c.stdout, "restored %d of %d disabled sagas in %s\n", out.Restored, out.Disabled, c.scopeString())
 	return worst
 }
+
+// definitionOf is the definition version a saga is driven by: its
+// Definition, 1 for a row written before versions (0), as the
+// orchestrator reads it.
+func definitionOf(tx eventstore.Transaction) int { return max(tx.Definition, 1) }

@@ -328,7 +328,7 @@ func TestAdminCommands(t *testing.T) {
 	// Terminated outside a compensation (its entity no longer decoded).
 	t2 := r.saga(4*time.Hour, eventstore.StateCompensationFailed, func(tx *eventstore.Transaction) { tx.Error = "entity does not decode" })
 	r.freeze(t2, "entity does not decode")
-	done := r.saga(10*time.Minute, eventstore.StateCompleted, func(tx *eventstore.Transaction) { tx.Error = "" })
+	done := r.saga(10*time.Minute, eventstore.StateCompleted, func(tx *eventstore.Transaction) { tx.Error, tx.Definition = "", 2 })
 
 	t.Run("list retry-pending", func(t *testing.T) {
 		d := r.list("retry-pending")
@@ -359,7 +359,7 @@ func TestAdminCommands(t *testing.T) {
 		// The table.
 		out := r.ok("list", "retry-pending", "--limit", "2")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if len(lines) != 4 || !strings.HasPrefix(lines[0], "TXID") || !strings.Contains(lines[0], "RETRY DUE") ||
+		if len(lines) != 4 || !strings.HasPrefix(lines[0], "TXID") || !strings.Contains(lines[0], "RETRY DUE") || !strings.Contains(lines[0], " DEF ") ||
 			!strings.HasPrefix(lines[1], p3.TxID) || !strings.Contains(lines[1], "1 process payment-service.charge") ||
 			!strings.Contains(lines[1], "payment gateway timeout") || !strings.Contains(lines[1], "1h00m") ||
 			lines[3] != "next page: --after "+p2.TxID {
@@ -399,7 +399,7 @@ func TestAdminCommands(t *testing.T) {
 	t.Run("show", func(t *testing.T) {
 		out := r.ok("show", done.TxID)
 		for _, want := range []string{
-			"saga           " + done.TxID, "state          COMPLETED (version 3)", "step           1 process payment-service.charge, attempt 2",
+			"saga           " + done.TxID, "state          COMPLETED (version 3)", "definition     version 2", "step           1 process payment-service.charge, attempt 2",
 			"completed      0 stock-service.reserve", "history (2 tryouts)",
 			"INDEX  SPAN  KIND     ENDPOINT", "OUTCOME", "DURATION",
 			"ok         -", "1.5s", "retryable  payment gateway timeout …", "250ms",
@@ -410,9 +410,10 @@ func TestAdminCommands(t *testing.T) {
 		}
 		var doc struct {
 			Saga struct {
-				TxID    string `json:"tx_id"`
-				State   string `json:"state"`
-				Version int64  `json:"version"`
+				TxID       string `json:"tx_id"`
+				State      string `json:"state"`
+				Version    int64  `json:"version"`
+				Definition int    `json:"definition_version"`
 			} `json:"saga"`
 			Frozen  *struct{ State, Reason string } `json:"frozen"`
 			History []struct {
@@ -423,7 +424,7 @@ func TestAdminCommands(t *testing.T) {
 			} `json:"history"`
 		}
 		r.jsonOf(&doc, "show", done.TxID)
-		if doc.Saga.TxID != done.TxID || doc.Saga.State != "COMPLETED" || doc.Frozen != nil || len(doc.History) != 2 ||
+		if doc.Saga.TxID != done.TxID || doc.Saga.State != "COMPLETED" || doc.Saga.Definition != 2 || doc.Frozen != nil || len(doc.History) != 2 ||
 			doc.History[1].Error != "payment gateway timeout\nat gateway.go:12" || doc.History[1].DurationMS == nil || *doc.History[1].DurationMS != 250 {
 			t.Errorf("show --json %+v", doc)
 		}

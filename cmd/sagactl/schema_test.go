@@ -51,7 +51,7 @@ func firstReleaseKeyspace(t *testing.T) (hosts []string, keyspace string, s *goc
 	return hosts, keyspace, s
 }
 
-// TestSchemaApplyUpgradesOldKeyspace: diff lists the 8 columns a
+// TestSchemaApplyUpgradesOldKeyspace: diff lists the 10 columns a
 // first-release keyspace lacks and the tables added since (es_admin_audit,
 // es_business_key), apply adds them (and says so), diff then finds
 // nothing, and the store writes sagas with the new fields.
@@ -61,7 +61,7 @@ func TestSchemaApplyUpgradesOldKeyspace(t *testing.T) {
 	flags := []string{"--hosts", strings.Join(hosts, ","), "--keyspace", ks, "--replication", "SimpleStrategy:1"}
 	var alters []string
 	for _, table := range []string{"es_transaction", "es_frozen_transaction"} {
-		for _, col := range []string{"lifetime_start timestamp", "pause_event text", "trace_id text", "trace_parent text"} {
+		for _, col := range []string{"lifetime_start timestamp", "pause_event text", "trace_id text", "trace_parent text", "definition_version int"} {
 			alters = append(alters, "ALTER TABLE "+ks+"."+table+" ADD "+col)
 		}
 	}
@@ -82,7 +82,7 @@ func TestSchemaApplyUpgradesOldKeyspace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("diff: exit %d: %s", code, errOut)
 	}
-	want := "-- keyspace " + ks + " on " + strings.Join(hosts, ",") + ": 10 statements to run (sagactl schema apply runs them)\n\n" +
+	want := "-- keyspace " + ks + " on " + strings.Join(hosts, ",") + ": 12 statements to run (sagactl schema apply runs them)\n\n" +
 		strings.Join(pending, ";\n\n") + ";\n"
 	if out != want {
 		t.Fatalf("diff printed\n%s\nwant\n%s", out, want)

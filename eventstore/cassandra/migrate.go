@@ -3,12 +3,12 @@ package cassandra
 // Schema upgrades. Every table is created with CREATE TABLE IF NOT EXISTS,
 // which leaves a table created by an older release as it is; releases since
 // the first one added columns (es_transaction and es_frozen_transaction:
-// lifetime_start, pause_event, trace_id, trace_parent), and an insert that
-// names a column the table lacks fails with "Undefined column name". So
-// after its CREATE statements ApplySchema compares each table with its
-// CREATE TABLE statement (the one source of truth: the expected columns and
-// types are parsed from it) and adds the columns it lacks, additively:
-// nothing is ever dropped or altered.
+// lifetime_start, pause_event, trace_id, trace_parent, definition_version),
+// and an insert that names a column the table lacks fails with "Undefined
+// column name". So after its CREATE statements ApplySchema compares each
+// table with its CREATE TABLE statement (the one source of truth: the
+// expected columns and types are parsed from it) and adds the columns it
+// lacks, additively: nothing is ever dropped or altered.
 
 import (
 	"context"

@@ -64,7 +64,7 @@ func TestSchemaTablesParse(t *testing.T) {
 	tx := defs[0]
 	want := map[string]string{
 		"region": "text", "completed": "frozen<list<frozen<tuple<int, text, boolean>>>>", "hints": "frozen<map<text, text>>",
-		"lifetime_start": "timestamp", "pause_event": "text", "trace_id": "text", "trace_parent": "text", "version": "bigint",
+		"lifetime_start": "timestamp", "pause_event": "text", "trace_id": "text", "trace_parent": "text", "version": "bigint", "definition_version": "int",
 	}
 	var keys []string
 	for _, c := range tx.columns {
@@ -75,7 +75,7 @@ func TestSchemaTablesParse(t *testing.T) {
 			keys = append(keys, c.name)
 		}
 	}
-	if len(tx.columns) != 26 || !slices.Equal(keys, []string{"region", "cluster", "service_name", "transaction_id"}) {
+	if len(tx.columns) != 27 || !slices.Equal(keys, []string{"region", "cluster", "service_name", "transaction_id"}) {
 		t.Errorf("es_transaction: %d columns, keys %v", len(tx.columns), keys)
 	}
 	// Every column an INSERT of the store names is declared.
@@ -159,7 +159,8 @@ func TestPlanFromFirstRelease(t *testing.T) {
 			"ALTER TABLE ks."+table+" ADD lifetime_start timestamp",
 			"ALTER TABLE ks."+table+" ADD pause_event text",
 			"ALTER TABLE ks."+table+" ADD trace_id text",
-			"ALTER TABLE ks."+table+" ADD trace_parent text")
+			"ALTER TABLE ks."+table+" ADD trace_parent text",
+			"ALTER TABLE ks."+table+" ADD definition_version int")
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("plan\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

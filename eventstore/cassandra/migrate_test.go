@@ -138,7 +138,7 @@ func v1Alters(t *testing.T, keyspace string) []string {
 	t.Helper()
 	var out []string
 	for _, table := range []string{cassandra.TableTransaction, cassandra.TableFrozenTransaction} {
-		for _, col := range []string{"lifetime_start timestamp", "pause_event text", "trace_id text", "trace_parent text"} {
+		for _, col := range []string{"lifetime_start timestamp", "pause_event text", "trace_id text", "trace_parent text", "definition_version int"} {
 			out = append(out, "ALTER TABLE "+keyspace+"."+table+" ADD "+col)
 		}
 	}
@@ -152,7 +152,7 @@ func v1Alters(t *testing.T, keyspace string) []string {
 			out = append(out, stmt)
 		}
 	}
-	if len(out) != 10 {
+	if len(out) != 12 {
 		t.Fatalf("the schema lacks the %s or %s table", cassandra.TableAdminAudit, cassandra.TableBusinessKey)
 	}
 	return out
@@ -160,7 +160,7 @@ func v1Alters(t *testing.T, keyspace string) []string {
 
 // TestMigrateFirstReleaseKeyspace: a keyspace with the first release's
 // tables and a saga written the old way. Before the upgrade the store's
-// writes fail ("Undefined column name"); New with CreateSchema adds the 8
+// writes fail ("Undefined column name"); New with CreateSchema adds the 10
 // columns and the tables added since (es_admin_audit, es_business_key), the old saga loads, and a full create/transition/pause/freeze
 // with a trace id round-trips.
 func TestMigrateFirstReleaseKeyspace(t *testing.T) {
@@ -200,7 +200,7 @@ func TestMigrateFirstReleaseKeyspace(t *testing.T) {
 	s := newStore(t, cfg)
 	for _, table := range []string{cassandra.TableTransaction, cassandra.TableFrozenTransaction} {
 		cols := columnsOf(t, admin, ks, table)
-		for col, want := range map[string]string{"lifetime_start": "timestamp", "pause_event": "text", "trace_id": "text", "trace_parent": "text", "payload": "blob"} {
+		for col, want := range map[string]string{"lifetime_start": "timestamp", "pause_event": "text", "trace_id": "text", "trace_parent": "text", "definition_version": "int", "payload": "blob"} {
 			if cols[col] != want {
 				t.Errorf("%s.%s: type %q, want %q", table, col, cols[col], want)
 			}

@@ -361,7 +361,7 @@ func txValues(tx eventstore.Transaction) []any {
 		tx.Domain, string(tx.State), tx.Version, tx.Span, tx.Kind, tx.Endpoint, tx.Attempt,
 		blob(tx.Payload), completed, hints, tx.Error,
 		rDate, rWindow, rInstance, rBucket,
-		eventstore.StoredTime(tx.PausedUntil), eventstore.StoredTime(tx.LifetimeStart), tx.PauseEvent, tx.TraceID, tx.TraceParent, eventstore.StoredTime(tx.CreatedAt), eventstore.StoredTime(tx.UpdatedAt),
+		eventstore.StoredTime(tx.PausedUntil), eventstore.StoredTime(tx.LifetimeStart), tx.PauseEvent, tx.TraceID, tx.TraceParent, tx.Definition, eventstore.StoredTime(tx.CreatedAt), eventstore.StoredTime(tx.UpdatedAt),
 	}
 }
 
@@ -382,7 +382,7 @@ func (x *txScan) dest() []any {
 		&t.Domain, &x.state, &t.Version, &t.Span, &t.Kind, &t.Endpoint, &t.Attempt,
 		&t.Payload, &x.completed, &t.Hints, &t.Error,
 		&x.rDate, &x.rWindow, &x.rInstance, &x.rBucket,
-		&t.PausedUntil, &t.LifetimeStart, &t.PauseEvent, &t.TraceID, &t.TraceParent, &t.CreatedAt, &t.UpdatedAt,
+		&t.PausedUntil, &t.LifetimeStart, &t.PauseEvent, &t.TraceID, &t.TraceParent, &t.Definition, &t.CreatedAt, &t.UpdatedAt,
 	}
 }
 

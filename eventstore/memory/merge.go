@@ -42,6 +42,7 @@ func mergeTx(a, b eventstore.Transaction) eventstore.Transaction {
 	m.RestorePath = mergePath(a.RestorePath, b.RestorePath)
 	m.PausedUntil = maxTime(a.PausedUntil, b.PausedUntil)
 	m.LifetimeStart = maxTime(a.LifetimeStart, b.LifetimeStart)
+	m.Definition = maxInt32(a.Definition, b.Definition)
 	m.PauseEvent = maxString(a.PauseEvent, b.PauseEvent)
 	m.TraceID = maxString(a.TraceID, b.TraceID)
 	m.TraceParent = maxString(a.TraceParent, b.TraceParent)

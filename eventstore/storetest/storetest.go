@@ -101,6 +101,7 @@ var tests = []test{
 	{"LoadMissing", testLoadMissing},
 	{"TransactionState", testTransactionState},
 	{"LifecycleStates", testLifecycleStates},
+	{"DefinitionVersion", testDefinitionVersion},
 	{"CreateWatched", testCreateWatched},
 	{"TransitionOverwrites", testTransitionOverwrites},
 	{"PutMarkerTTL", testPutMarkerTTL},

@@ -35,6 +35,7 @@ func fullTx(scope eventstore.Scope, id string) eventstore.Transaction {
 		RestorePath:   &eventstore.RecoveryPath{Day: time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC), MinuteOfDay: 189, InstanceID: "order-7f9c", Bucket: 3},
 		PausedUntil:   base.Add(time.Hour),
 		LifetimeStart: base.Add(2 * time.Hour),
+		Definition:    3,
 		PauseEvent:    "PAYMENT_AUTHORISED",
 		TraceID:       "4bf92f3577b34da6a3ce929d0e0e4736",
 		TraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -765,6 +766,7 @@ func testTransitionSameVersionMerges(t *testing.T, e *env) {
 		b.Hints = map[string]string{"only": "one"}
 		b.Error, b.RestorePath, b.PausedUntil, b.PauseEvent = "", nil, time.Time{}, ""
 		b.LifetimeStart = a.LifetimeStart.Add(time.Hour)
+		b.Definition = 2 // a's 3 compares greater
 		b.TraceID = "ffffffffffffffffffffffffffffffff"
 		b.UpdatedAt = a.UpdatedAt.Add(time.Minute)
 		ta := tryoutAt(a, "ok")
@@ -778,7 +780,7 @@ func testTransitionSameVersionMerges(t *testing.T, e *env) {
 			must(t, e.store.Transition(ctx, b, tb), "Transition b")
 			must(t, e.store.Transition(ctx, a, ta), "Transition a of the same version")
 		}
-		want := a // a's State, Span, Endpoint, Attempt, Completed, Hints, Error, RestorePath, PausedUntil, PauseEvent
+		want := a // a's State, Span, Endpoint, Attempt, Completed, Hints, Error, RestorePath, PausedUntil, PauseEvent, Definition
 		want.Kind, want.Payload, want.LifetimeStart, want.TraceID, want.UpdatedAt = b.Kind, b.Payload, b.LifetimeStart, b.TraceID, b.UpdatedAt
 		wantTr := *ta // a's Attempt, Error, After, ResumeContext
 		wantTr.Endpoint, wantTr.Outcome, wantTr.Before, wantTr.FinishedAt = tb.Endpoint, tb.Outcome, tb.Before, tb.FinishedAt

@@ -254,8 +254,8 @@ func New(ctx context.Context, cfg cassandra.Config, opts ...Option) (*Index, err
 		}
 	}
 	t := x.ks + "." + TableByBucket
-	x.stmtRow = "INSERT INTO " + t + " (region, cluster, service_name, domain, bucket, transaction_id, running_status, span, kind, endpoint, error, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
-	x.selRows = "SELECT transaction_id, running_status, span, kind, endpoint, error, updated_at FROM " + t +
+	x.stmtRow = "INSERT INTO " + t + " (region, cluster, service_name, domain, bucket, transaction_id, running_status, span, kind, endpoint, error, updated_at, definition_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
+	x.selRows = "SELECT transaction_id, running_status, span, kind, endpoint, error, updated_at, definition_version FROM " + t +
 		" WHERE region = ? AND cluster = ? AND service_name = ? AND domain = ? AND bucket = ? AND transaction_id < ? AND transaction_id >= ?"
 	d := x.ks + "." + TableDomains
 	x.stmtDom = "INSERT INTO " + d + " (region, cluster, service_name, domain, seen_at) VALUES (?, ?, ?, ?, ?)"
@@ -283,6 +283,7 @@ func SchemaCQL(keyspace string) []string {
   endpoint       text,
   error          text,
   updated_at     timestamp,
+  definition_version int,
   PRIMARY KEY ((region, cluster, service_name, domain, bucket), transaction_id)
 ) WITH CLUSTERING ORDER BY (transaction_id DESC)`,
 		`CREATE TABLE IF NOT EXISTS ` + keyspace + `.` + TableDomains + ` (
@@ -480,7 +481,7 @@ func (x *Index) write(ctx context.Context, pending map[rowKey]tracewindow.Entry)
 					for _, e := range chunk {
 						b.Entries = append(b.Entries, gocql.BatchEntry{Stmt: x.stmtRow, Idempotent: true, Args: []any{
 							pk.scope.Region, pk.scope.Cluster, pk.scope.Service, pk.domain, pk.bucket,
-							e.TxID, string(e.State), e.Span, e.Kind, e.Endpoint, e.Error, e.UpdatedAt, ttl, e.UpdatedAt.UnixMicro()}})
+							e.TxID, string(e.State), e.Span, e.Kind, e.Endpoint, e.Error, e.UpdatedAt, e.Definition, ttl, e.UpdatedAt.UnixMicro()}})
 					}
 					return b.ExecContext(ctx)
 				})
@@ -554,7 +555,7 @@ func (x *Index) Recent(ctx context.Context, q tracewindow.Query) (tracewindow.Pa
 			st string
 		)
 		done := false
-		for iter.Scan(&e.TxID, &st, &e.Span, &e.Kind, &e.Endpoint, &e.Error, &e.UpdatedAt) {
+		for iter.Scan(&e.TxID, &st, &e.Span, &e.Kind, &e.Endpoint, &e.Error, &e.UpdatedAt, &e.Definition) {
 			p.Scanned++
 			resume = e.TxID
 			e.State, e.Domain = eventstore.State(st), q.Domain
@@ -624,7 +625,7 @@ func (x *Index) Census(ctx context.Context, scope eventstore.Scope, from, to tim
 				e  tracewindow.Entry
 				st string
 			)
-			for iter.Scan(&e.TxID, &st, &e.Span, &e.Kind, &e.Endpoint, &e.Error, &e.UpdatedAt) {
+			for iter.Scan(&e.TxID, &st, &e.Span, &e.Kind, &e.Endpoint, &e.Error, &e.UpdatedAt, &e.Definition) {
 				c.Scanned++
 				e.State, e.Domain = eventstore.State(st), dom
 				counts[e.State]++

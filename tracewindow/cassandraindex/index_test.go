@@ -230,6 +230,7 @@ func TestUpgradeAddsMissingColumns(t *testing.T) {
 	want := []string{
 		"ALTER TABLE " + ks + ".es_transactions_by_bucket ADD endpoint text",
 		"ALTER TABLE " + ks + ".es_transactions_by_bucket ADD error text",
+		"ALTER TABLE " + ks + ".es_transactions_by_bucket ADD definition_version int",
 		"ALTER TABLE " + ks + ".es_transaction_domains ADD seen_at timestamp",
 	}
 	if !slices.Equal(pending, want) {
@@ -246,13 +247,13 @@ func TestUpgradeAddsMissingColumns(t *testing.T) {
 	}
 	scope := eventstore.Scope{Region: "eu", Cluster: "c1", Service: "orders"}
 	id := indextest.ID(t, indextest.Base)
-	idx.Observe(scope, tracewindow.Entry{TxID: id, Domain: "order", State: eventstore.StateFailed, Endpoint: "charge", Error: "declined", UpdatedAt: indextest.Base})
+	idx.Observe(scope, tracewindow.Entry{TxID: id, Domain: "order", State: eventstore.StateFailed, Endpoint: "charge", Error: "declined", Definition: 2, UpdatedAt: indextest.Base})
 	flush(t, idx)
 	p, err := idx.Recent(ctx, tracewindow.Query{Scope: scope, Domain: "order", From: indextest.Base, To: indextest.Base, Limit: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Entries) != 1 || p.Entries[0].Endpoint != "charge" || p.Entries[0].Error != "declined" {
+	if len(p.Entries) != 1 || p.Entries[0].Endpoint != "charge" || p.Entries[0].Error != "declined" || p.Entries[0].Definition != 2 {
 		t.Fatalf("listed %+v", p.Entries)
 	}
 

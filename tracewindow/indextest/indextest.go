@@ -58,7 +58,7 @@ func ID(t *testing.T, at time.Time) string {
 }
 
 func entry(t *testing.T, domain string, at time.Time, st eventstore.State) tracewindow.Entry {
-	return tracewindow.Entry{TxID: ID(t, at), Domain: domain, State: st, Span: 1, Kind: "process", Endpoint: "pay/charge", UpdatedAt: at.Add(time.Second)}
+	return tracewindow.Entry{TxID: ID(t, at), Domain: domain, State: st, Span: 1, Kind: "process", Endpoint: "pay/charge", Definition: 2, UpdatedAt: at.Add(time.Second)}
 }
 
 func sync(t *testing.T, s Subject) {
@@ -143,7 +143,7 @@ func testPaging(t *testing.T, s Subject) {
 	}
 	// Entries carry what was observed.
 	e := p.Entries[0]
-	if e.Domain != "order" || e.State != eventstore.StateCompleted || e.Endpoint != "pay/charge" || e.Span != 1 || e.Kind != "process" {
+	if e.Domain != "order" || e.State != eventstore.StateCompleted || e.Endpoint != "pay/charge" || e.Span != 1 || e.Kind != "process" || e.Definition != 2 {
 		t.Fatalf("entry %+v", e)
 	}
 	if ct, _ := tracewindow.IDTime(e.TxID); !e.CreatedAt.Equal(ct) || !e.UpdatedAt.Equal(ct.Add(time.Second)) {

@@ -340,6 +340,7 @@
         return el('tr', { 'data-tx': s.tx_id, 'data-state': s.state },
           el('td', { 'data-label': 'Saga', class: 'mono' }, el('a', { href: sagaHref(s.tx_id), class: 'saga-link', text: s.tx_id })),
           el('td', { 'data-label': 'Domain', text: s.domain }),
+          el('td', { 'data-label': 'Definition', class: 'def-version', text: s.definition_version ? 'v' + s.definition_version : '—' }),
           el('td', { 'data-label': 'State' }, stateBadge(s.state)),
           el('td', { 'data-label': 'Step', class: 'mono', text: s.endpoint ? (s.kind === 'revert' ? '↩ ' : '') + s.span + ' ' + s.endpoint : '—' }),
           el('td', { 'data-label': 'Created', class: 'nowrap', text: fmtTime(s.created_at) }),
@@ -347,7 +348,7 @@
           el('td', { 'data-label': 'Error', class: 'err', title: s.error || '', text: s.error || '' }));
       });
       box.appendChild(el('table', { class: 'sagas', id: 'saga-table' },
-        el('thead', null, el('tr', null, ['Transaction', 'Domain', 'State', 'Step', 'Created', 'Duration', 'Last error'].map(function (t) { return el('th', { text: t }); }))),
+        el('thead', null, el('tr', null, ['Transaction', 'Domain', 'Definition', 'State', 'Step', 'Created', 'Duration', 'Last error'].map(function (t) { return el('th', { text: t }); }))),
         el('tbody', null, rows)));
     } else {
       box.appendChild(el('p', { id: 'empty', text: doc.next ? 'No saga in this part of the range; look further back.' : 'No saga matches.' }));
@@ -413,6 +414,7 @@
         fact('Waiting (retries, pauses)', fmtDur(d.timings.waiting_ms)),
         fact('Attempts', d.timings.attempts),
         fact('Current step', s.endpoint ? (s.kind === 'revert' ? '↩ ' : '') + 'span ' + s.span + ' ' + s.endpoint + ' (attempt ' + s.attempt + ')' : '—'),
+        fact('Definition version', s.definition_version, 'saga-definition-version'),
         fact('Version', s.version),
         s.lifetime_start ? fact('Lifetime since', fmtTime(s.lifetime_start)) : null,
         s.paused_until ? fact('Paused until', fmtTime(s.paused_until)) : null,
