@@ -371,6 +371,7 @@ func (o *Orchestrator[T]) applyControl(ctx context.Context, tx *eventstore.Trans
 			return err
 		}
 		if from == eventstore.StateDisabled {
+			o.stats.terminatedDisabled.Add(1)
 			if err := o.store.Unfreeze(ctx, *tx); err != nil {
 				log.Warn("orchestrator: terminated a DISABLED saga but could not remove its frozen copy", "err", err)
 			}

@@ -163,6 +163,9 @@ type counters struct {
 	fastRetried, timedOut                                    atomic.Int64
 	// cancel.go
 	cancelled, terminated, controlsIgnored, afterTerminate atomic.Int64
+	// terminatedDisabled counts the terminated sagas that were DISABLED
+	// (already out of the in-flight gauge).
+	terminatedDisabled atomic.Int64
 	// version.go
 	unknownVersion atomic.Int64
 	// what became of the sagas whose Start failed after a create that

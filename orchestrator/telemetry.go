@@ -113,6 +113,7 @@ func (o *Orchestrator[T]) initTelemetry() error {
 	}
 	onBase := metric.WithAttributeSet(base)
 	completed, compensated, compFailed := withState(eventstore.StateCompleted), withState(eventstore.StateCompensated), withState(eventstore.StateCompensationFailed)
+	terminated := withState(eventstore.StateTerminated)
 	applied, stale, foreign := withReply(telemetry.ReplyApplied), withReply(telemetry.ReplyStale), withReply(telemetry.ReplyForeign)
 	withStart := func(r string) metric.ObserveOption {
 		return metric.WithAttributeSet(attribute.NewSet(append(o.tel.base[:2:2], telemetry.AttrStartResult.String(r))...))
@@ -124,8 +125,11 @@ func (o *Orchestrator[T]) initTelemetry() error {
 		ob.ObserveInt64(finished, st.Completed, completed)
 		ob.ObserveInt64(finished, st.Compensated, compensated)
 		ob.ObserveInt64(finished, st.CompensationFailed, compFailed)
+		ob.ObserveInt64(finished, st.Terminated, terminated)
 		ob.ObserveInt64(disabled, st.Disabled, onBase)
-		ob.ObserveInt64(inFlight, st.Started-st.Completed-st.Compensated-st.CompensationFailed-st.Disabled, onBase)
+		// A terminated DISABLED saga left the gauge when it was disabled.
+		ended := st.Completed + st.Compensated + st.CompensationFailed + st.Terminated - o.stats.terminatedDisabled.Load()
+		ob.ObserveInt64(inFlight, st.Started-ended-st.Disabled, onBase)
 		ob.ObserveInt64(retried, st.Retried, onBase)
 		ob.ObserveInt64(restored, st.Restored, onBase)
 		ob.ObserveInt64(exhausted, st.Exhausted, onBase)

@@ -331,3 +331,50 @@ func TestStepDurationCountsAppliedRepliesOnly(t *testing.T) {
 		t.Fatalf("%s counts %v steps (%v of b), %s counts %v applied; want 2, 1 and 2", telemetry.MetricStepDuration, steps, last, telemetry.MetricRepliesReceived, applied)
 	}
 }
+
+// A terminated saga is finished: the finished counter reports it under
+// TERMINATED and it leaves the in-flight gauge.
+func TestTerminatedSagaLeavesInFlight(t *testing.T) {
+	brokers := newCluster(t)
+	const svc = "term-otel-svc"
+	dom := orchestrator.Domain[order]{Name: "term-otel-dom", OnNext: orchestrator.Sequence[order](
+		orchestrator.Step{Service: svc, Endpoint: "a"}, orchestrator.Step{Service: svc, Endpoint: "b"})}
+	ensureTopics(t, brokers, topics.CommandTopic(svc), topics.CallbackTopic(dom.Name))
+	var sawB atomic.Bool
+	startResponder(t, brokers, []string{topics.CommandTopic(svc)}, func(cmd *topics.Envelope) *topics.Envelope {
+		if cmd.Endpoint == "b" {
+			sawB.Store(true)
+			return nil // b never answers: the saga waits for it
+		}
+		return reply(cmd, topics.OutcomeOK, nil, "")
+	})
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	o, err := orchestrator.New("term-otel-orders", dom, orchestrator.WithBrokers(brokers...), orchestrator.WithoutRecovery(),
+		orchestrator.WithMeterProvider(mp), orchestrator.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runOrch(t, o)
+	defer stop()
+	txID, err := o.Start(context.Background(), order{ID: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "step b's command", sawB.Load)
+	if err := o.Terminate(context.Background(), txID, "operator stop"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the saga TERMINATED", func() bool {
+		s, err := o.Get(context.Background(), txID)
+		return err == nil && s.State == eventstore.StateTerminated
+	})
+	ms := metrictest.Collect(t, reader)
+	dk := telemetry.AttrDomain.String(dom.Name)
+	if got := metrictest.Total(ms[telemetry.MetricSagaFinished], dk, telemetry.AttrSagaState.String("TERMINATED")); got != 1 {
+		t.Errorf("%s{TERMINATED} = %v, want 1", telemetry.MetricSagaFinished, got)
+	}
+	if got := metrictest.Total(ms[telemetry.MetricSagaInFlight], dk); got != 0 {
+		t.Errorf("%s = %v, want 0 once the saga is terminated", telemetry.MetricSagaInFlight, got)
+	}
+}
