@@ -35,11 +35,28 @@ type link struct {
 	target string
 }
 
+// Block is one fenced code block of a Markdown file.
+type Block struct {
+	// Line is the 1-based line of the opening fence; the body starts on
+	// the next line.
+	Line int
+	// Info is the opening fence's info string ("go", "yaml", "sh", "").
+	Info string
+	// Marker is the text of a `<!-- snippet: ... -->` comment on the
+	// line before the fence (blank lines between allowed), without the
+	// "snippet:" prefix, trimmed; "" when there is none. The docs' tests
+	// read it: see docs/development.md, "Snippets in the docs".
+	Marker string
+	// Body is the text between the fences, without them.
+	Body string
+}
+
 // doc is one parsed Markdown file.
 type doc struct {
 	path     string
 	headings []heading
 	links    []link
+	blocks   []Block
 	problems []Problem
 }
 
@@ -49,7 +66,18 @@ var (
 	linkRe    = regexp.MustCompile(`!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 	codeRe    = regexp.MustCompile("`+[^`]*`+")
 	inlineRe  = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
+	markerRe  = regexp.MustCompile(`^\s*<!--\s*snippet:\s*(.*?)\s*-->\s*$`)
 )
+
+// Blocks returns the fenced code blocks of the Markdown file at path, in
+// order (an unclosed last fence included, up to the end of the file).
+func Blocks(path string) ([]Block, error) {
+	d, err := parse(path)
+	if err != nil {
+		return nil, err
+	}
+	return d.blocks, nil
+}
 
 // parse reads path and collects its headings, links and fence problems.
 func parse(path string) (*doc, error) {
@@ -59,24 +87,36 @@ func parse(path string) (*doc, error) {
 	}
 	d := &doc{path: path}
 	var fence string // the opening fence's marker while inside a fence
-	fenceLine := 0
+	var body []string
+	marker := "" // the snippet marker of the last non-blank line outside fences
 	for i, line := range strings.Split(string(data), "\n") {
 		n := i + 1
 		if m := fenceRe.FindStringSubmatch(line); m != nil {
-			marker, rest := m[1], strings.TrimSpace(m[2])
+			mark, rest := m[1], strings.TrimSpace(m[2])
 			switch {
 			case fence == "":
-				fence, fenceLine = marker, n
-			case marker[0] == fence[0] && len(marker) >= len(fence) && rest == "":
+				fence, body = mark, nil
+				d.blocks = append(d.blocks, Block{Line: n, Info: rest, Marker: marker})
+				marker = ""
+				continue
+			case mark[0] == fence[0] && len(mark) >= len(fence) && rest == "":
 				fence = ""
-			case marker[0] == fence[0] && rest != "":
+				d.blocks[len(d.blocks)-1].Body = strings.Join(body, "\n")
+				continue
+			case mark[0] == fence[0] && rest != "":
 				d.problems = append(d.problems, Problem{path, n,
-					fmt.Sprintf("fence line with text after it (%q) does not close the fence opened at line %d: put the text on its own line", rest, fenceLine)})
+					fmt.Sprintf("fence line with text after it (%q) does not close the fence opened at line %d: put the text on its own line", rest, d.blocks[len(d.blocks)-1].Line)})
 			}
-			continue
 		}
 		if fence != "" {
+			body = append(body, line)
 			continue
+		}
+		if strings.TrimSpace(line) != "" {
+			marker = ""
+			if m := markerRe.FindStringSubmatch(line); m != nil {
+				marker = m[1]
+			}
 		}
 		if m := headingRe.FindStringSubmatch(line); m != nil {
 			d.headings = append(d.headings, heading{n, Anchor(m[2])})
@@ -87,7 +127,9 @@ func parse(path string) (*doc, error) {
 		}
 	}
 	if fence != "" {
-		d.problems = append(d.problems, Problem{path, fenceLine, "code fence never closed"})
+		last := &d.blocks[len(d.blocks)-1]
+		last.Body = strings.Join(body, "\n")
+		d.problems = append(d.problems, Problem{path, last.Line, "code fence never closed"})
 	}
 	return d, nil
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
+	"github.com/stacksaga-go/stacksaga/config"
 )
 
 // TestRepositoryMarkdown lints README.md and every Markdown file under docs/:
@@ -104,9 +104,12 @@ func TestAnchor(t *testing.T) {
 	}
 }
 
-// TestReadmeYAMLKeysAreKnown: every YAML block of the README and docs that
-// configures StackSaga (a stacksaga: root) uses only keys the loaders read, so
-// a user who copies one is not refused at start.
+// TestReadmeYAMLKeysAreKnown: every ```yaml block of the README and docs is
+// a stacksaga document that config.Load (the loader of a service's whole
+// file) accepts: only keys the loaders read, and values every section's
+// checks accept, so a user who copies one is not refused at start. A block
+// that is not a whole document says so with <!-- snippet: illustrative
+// REASON --> (docs/development.md, "Snippets in the docs").
 func TestReadmeYAMLKeysAreKnown(t *testing.T) {
 	root := filepath.Join("..", "..")
 	files := []string{filepath.Join(root, "README.md")}
@@ -115,43 +118,23 @@ func TestReadmeYAMLKeysAreKnown(t *testing.T) {
 	}
 	n := 0
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, block := range yamlBlocks(string(data)) {
-			if !strings.HasPrefix(strings.TrimSpace(block), "stacksaga:") {
+		for _, b := range blocksOf(t, f, "yaml") {
+			if w, reason, _ := strings.Cut(b.Marker, " "); w == "illustrative" && len(strings.Fields(reason)) >= 3 {
+				continue
+			}
+			if !strings.HasPrefix(strings.TrimSpace(b.Body), "stacksaga:") {
+				t.Errorf("%s:%d: a ```yaml block that is not a stacksaga: document and not marked <!-- snippet: illustrative REASON -->", f, b.Line)
 				continue
 			}
 			n++
-			if err := yamlconfig.CheckKnown([]byte(block)); err != nil {
-				t.Errorf("%s: YAML block %d: %v", f, i+1, err)
+			if _, err := config.Load([]byte(b.Body)); err != nil {
+				t.Errorf("%s:%d: YAML block: config.Load: %v", f, b.Line, err)
 			}
 		}
 	}
 	if n == 0 {
 		t.Fatal("no stacksaga: YAML block found in the README: the test checks nothing")
 	}
-}
-
-// yamlBlocks returns the bodies of the ```yaml fences of a Markdown text.
-func yamlBlocks(md string) []string {
-	var out []string
-	var cur []string
-	in := false
-	for _, line := range strings.Split(md, "\n") {
-		trim := strings.TrimSpace(line)
-		switch {
-		case !in && trim == "```yaml":
-			in, cur = true, nil
-		case in && trim == "```":
-			in = false
-			out = append(out, strings.Join(cur, "\n"))
-		case in:
-			cur = append(cur, line)
-		}
-	}
-	return out
 }
 
 // TestGoSnippetsAreFromTheExamples: a ```go block of the README or docs/
@@ -166,12 +149,8 @@ func TestGoSnippetsAreFromTheExamples(t *testing.T) {
 	}
 	n := 0
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, block := range fencedBlocks(string(data), "go") {
-			lines := strings.Split(block, "\n")
+		for _, b := range blocksOf(t, f, "go") {
+			lines := strings.Split(b.Body, "\n")
 			src, ok := strings.CutPrefix(strings.TrimSpace(lines[0]), "// ")
 			if !ok || !strings.HasSuffix(src, ".go") || strings.ContainsAny(src, " (") {
 				continue
@@ -198,22 +177,18 @@ func TestGoSnippetsAreFromTheExamples(t *testing.T) {
 	}
 }
 
-// fencedBlocks returns the bodies of the fences of a Markdown text whose
-// info string is lang.
-func fencedBlocks(md, lang string) []string {
-	var out []string
-	var cur []string
-	in := false
-	for _, line := range strings.Split(md, "\n") {
-		trim := strings.TrimSpace(line)
-		switch {
-		case !in && trim == "```"+lang:
-			in, cur = true, nil
-		case in && trim == "```":
-			in = false
-			out = append(out, strings.Join(cur, "\n"))
-		case in:
-			cur = append(cur, line)
+// blocksOf returns the fenced blocks of the Markdown file f whose info
+// string is lang.
+func blocksOf(t *testing.T, f, lang string) []Block {
+	t.Helper()
+	all, err := Blocks(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Block
+	for _, b := range all {
+		if b.Info == lang {
+			out = append(out, b)
 		}
 	}
 	return out
