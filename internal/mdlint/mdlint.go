@@ -223,3 +223,179 @@ func resolve(docs map[string]*doc, from string, own map[string]int, target strin
 	}
 	return fmt.Sprintf("link to %s: %s has no heading with anchor #%s", target, path, frag)
 }
+
+// Command is one simple command of a shell block of a Markdown file: the
+// words after quote removal, the NAME=value assignments before them.
+type Command struct {
+	// Line is the 1-based line of the Markdown file it is on.
+	Line int
+	// Env holds the assignments that precede the command (FOO=bar cmd).
+	Env []string
+	// Args is the command and its arguments.
+	Args []string
+}
+
+// Commands returns the commands of the shell blocks of the Markdown file at
+// path: blocks with info string "sh" or none. In a block where some lines
+// start with a "$ " prompt, only those are commands (the rest is output);
+// otherwise every line is. A line is split into words as the shell would
+// (quotes removed, "#" starting a comment) and into commands at &&, ||, ;,
+// | and &; `eval "$(cmd)"` yields cmd. A line the splitter cannot end (an
+// open quote: a command continued on the next line) yields nothing.
+func Commands(path string) ([]Command, error) {
+	blocks, err := Blocks(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []Command
+	for _, b := range blocks {
+		if b.Info != "sh" && b.Info != "" {
+			continue
+		}
+		lines := strings.Split(b.Body, "\n")
+		prompted := false
+		for _, l := range lines {
+			prompted = prompted || strings.HasPrefix(l, "$ ")
+		}
+		for i, l := range lines {
+			if prompted {
+				var ok bool
+				if l, ok = strings.CutPrefix(l, "$ "); !ok {
+					continue
+				}
+			}
+			words, ok := shellWords(l)
+			if !ok {
+				continue
+			}
+			out = append(out, commandsOf(b.Line+1+i, words)...)
+		}
+	}
+	return out, nil
+}
+
+// commandsOf splits words at the shell's command separators.
+func commandsOf(line int, words []string) []Command {
+	var out []Command
+	cur := Command{Line: line}
+	flush := func() {
+		if len(cur.Args) == 2 && cur.Args[0] == "eval" && strings.HasPrefix(cur.Args[1], "$(") && strings.HasSuffix(cur.Args[1], ")") {
+			if inner, ok := shellWords(cur.Args[1][2 : len(cur.Args[1])-1]); ok {
+				out = append(out, commandsOf(line, inner)...)
+			}
+		} else if len(cur.Args) > 0 {
+			out = append(out, cur)
+		}
+		cur = Command{Line: line}
+	}
+	for _, w := range words {
+		switch {
+		case w == "&&" || w == "||" || w == ";" || w == "|" || w == "&":
+			flush()
+		case len(cur.Args) == 0 && assignRe.MatchString(w):
+			cur.Env = append(cur.Env, w)
+		default:
+			cur.Args = append(cur.Args, w)
+		}
+	}
+	flush()
+	return out
+}
+
+var assignRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+// shellWords splits a line into words and operators, removing quotes; an
+// unquoted # at the start of a word ends the line. A $(...) is kept whole,
+// as part of its word. It reports false for an open quote or $(.
+func shellWords(line string) ([]string, bool) {
+	var words []string
+	var w strings.Builder
+	inWord := false
+	end := func() {
+		if inWord {
+			words = append(words, w.String())
+		}
+		w.Reset()
+		inWord = false
+	}
+	rs := []rune(line)
+	for i := 0; i < len(rs); i++ {
+		r := rs[i]
+		switch {
+		case r == ' ' || r == '\t':
+			end()
+		case r == '#' && !inWord:
+			end()
+			return words, true
+		case r == '\'':
+			j := i + 1
+			for j < len(rs) && rs[j] != '\'' {
+				j++
+			}
+			if j == len(rs) {
+				return nil, false
+			}
+			w.WriteString(string(rs[i+1 : j]))
+			inWord, i = true, j
+		case r == '"' || (r == '$' && i+1 < len(rs) && rs[i+1] == '('):
+			// A double-quoted string or a $(...), each ending at its
+			// closer at depth 0 of parentheses and quotes within.
+			j, depth, quote := i+1, 0, r == '"'
+			if !quote {
+				j, depth = i+2, 1
+			}
+			for ; j < len(rs); j++ {
+				c := rs[j]
+				if c == '\\' && j+1 < len(rs) {
+					j++
+					continue
+				}
+				if c == '$' && j+1 < len(rs) && rs[j+1] == '(' {
+					depth++
+					j++
+					continue
+				}
+				if c == ')' && depth > 0 {
+					depth--
+					if depth == 0 && !quote {
+						break
+					}
+					continue
+				}
+				if c == '"' && quote && depth == 0 {
+					break
+				}
+			}
+			if j >= len(rs) {
+				return nil, false
+			}
+			if quote {
+				for k := i + 1; k < j; k++ {
+					if rs[k] == '\\' && k+1 < j && strings.ContainsRune("\"\\$`", rs[k+1]) {
+						k++
+					}
+					w.WriteRune(rs[k])
+				}
+			} else {
+				w.WriteString(string(rs[i : j+1]))
+			}
+			inWord, i = true, j
+		case r == '&' || r == '|' || r == ';':
+			end()
+			if i+1 < len(rs) && (rs[i+1] == r) && r != ';' {
+				i++
+				words = append(words, string(r)+string(r))
+			} else {
+				words = append(words, string(r))
+			}
+		case r == '\\' && i+1 < len(rs):
+			w.WriteRune(rs[i+1])
+			inWord, i = true, i+1
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	end()
+	return words, true
+}
