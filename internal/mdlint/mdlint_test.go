@@ -3,6 +3,7 @@ package mdlint
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -217,5 +218,43 @@ func TestBenchmarkChartMatchesFigures(t *testing.T) {
 		if want := rates[i][1] + "/s at 64 (floor " + floors[i][1]; !strings.Contains(text, want) {
 			t.Errorf("chart bar %d: %q is not a figure of docs/benchmarks.md", i+1, want)
 		}
+	}
+}
+
+// TestBlocks: each fence's line, info string, body and the snippet marker
+// of the line before it (blank lines between allowed; any other line in
+// between drops it).
+func TestBlocks(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "doc.md")
+	body := strings.Join([]string{
+		"<!-- snippet: body -->",
+		"",
+		"```go",
+		"x := 1",
+		"",
+		"```",
+		"<!-- snippet: illustrative the reason -->",
+		"text between",
+		"~~~yaml",
+		"a: 1",
+		"```",
+		"~~~",
+		"```",
+		"unclosed",
+	}, "\n")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Blocks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Block{
+		{Line: 3, Info: "go", Marker: "body", Body: "x := 1\n"},
+		{Line: 9, Info: "yaml", Body: "a: 1\n```"},
+		{Line: 13, Body: "unclosed"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Blocks:\n got %#v\nwant %#v", got, want)
 	}
 }

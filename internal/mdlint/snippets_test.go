@@ -9,12 +9,14 @@ import (
 	"go/token"
 	"go/types"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -134,7 +136,7 @@ func snippetSource(file string, b Block, wrapper string) (string, error) {
 	}
 	var src strings.Builder
 	src.WriteString("package snippet\n\nimport (\n")
-	for _, p := range slices.Sorted(mapsKeys(imports)) {
+	for _, p := range slices.Sorted(maps.Keys(imports)) {
 		fmt.Fprintf(&src, "\t%s %q\n", imports[p], p)
 	}
 	src.WriteString(")\n" + snippetPrelude)
@@ -148,16 +150,6 @@ func snippetSource(file string, b Block, wrapper string) (string, error) {
 		return "", fmt.Errorf("unknown wrapper %q: want file, decls, body or illustrative", wrapper)
 	}
 	return src.String(), nil
-}
-
-func mapsKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // docGoSnippets returns the ```go blocks of README.md and docs/*.md to
@@ -271,13 +263,7 @@ func checkGoSnippets(t *testing.T, snips []goSnippet) []string {
 			need[p] = true
 		}
 	}
-	imp := exportImporter(t, fset, slices.Sorted(func(yield func(string) bool) {
-		for p := range need {
-			if !yield(p) {
-				return
-			}
-		}
-	}))
+	imp := exportImporter(t, fset, slices.Sorted(maps.Keys(need)))
 	for i, f := range files {
 		if f == nil {
 			continue
@@ -294,25 +280,51 @@ func checkGoSnippets(t *testing.T, snips []goSnippet) []string {
 	return out
 }
 
+// exportFiles maps an import path to its export data file, filled by
+// exportImporter's go list runs (one per test binary when the snippets
+// import nothing beyond the prelude).
+var exportFiles = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
+
 // exportImporter returns an importer that reads the compiled export data of
 // pkgs and their dependencies, built by go list -export (from the build
-// cache when nothing changed).
+// cache when nothing changed; with -race when the test runs with it, so
+// that `make test` reuses the archives of its other test binaries).
 func exportImporter(t *testing.T, fset *token.FileSet, pkgs []string) types.Importer {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-export", "-deps", "-f", "{{.ImportPath}} {{.Export}}"}, pkgs...)...)
-	cmd.Dir = filepath.Join("..", "..")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -export: %v\n%s", err, stderr.String())
-	}
-	export := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if p, file, ok := strings.Cut(l, " "); ok && file != "" {
-			export[p] = file
+	exportFiles.Lock()
+	defer exportFiles.Unlock()
+	var missing []string
+	for _, p := range pkgs {
+		if _, ok := exportFiles.m[p]; !ok {
+			missing = append(missing, p)
 		}
 	}
+	if len(missing) > 0 {
+		if len(exportFiles.m) == 0 {
+			missing = append(missing, slices.Collect(maps.Keys(snippetImports))...)
+		}
+		args := []string{"list", "-export", "-deps", "-f", "{{.ImportPath}} {{.Export}}"}
+		if raceBuild {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, missing...)...)
+		cmd.Dir = filepath.Join("..", "..")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -export: %v\n%s", err, stderr.String())
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if p, file, ok := strings.Cut(l, " "); ok && file != "" {
+				exportFiles.m[p] = file
+			}
+		}
+	}
+	export := maps.Clone(exportFiles.m)
 	return importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
 		file, ok := export[path]
 		if !ok {
