@@ -3,6 +3,13 @@
 // not close a fence, and swallows what follows), every relative link and
 // in-page anchor resolves, and no two headings of a file share an anchor.
 // Its test runs it over README.md and docs/ in `make test`.
+//
+// Blocks and Commands give the tests the code blocks (with their
+// `<!-- snippet: ... -->` markers) and the shell commands of a file, from
+// the same fence scanner: the package's tests compile the Go blocks, load
+// the YAML blocks and check the commands; cmd/sagactl's and the example
+// order-service's tests check the sagactl and curl commands
+// (docs/development.md, "Snippets in the docs").
 package mdlint
 
 import (
