@@ -3,11 +3,12 @@ package mdlint
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
+	"github.com/stacksaga-go/stacksaga/config"
 )
 
 // TestRepositoryMarkdown lints README.md and every Markdown file under docs/:
@@ -104,9 +105,12 @@ func TestAnchor(t *testing.T) {
 	}
 }
 
-// TestReadmeYAMLKeysAreKnown: every YAML block of the README and docs that
-// configures StackSaga (a stacksaga: root) uses only keys the loaders read, so
-// a user who copies one is not refused at start.
+// TestReadmeYAMLKeysAreKnown: every ```yaml block of the README and docs is
+// a stacksaga document that config.Load (the loader of a service's whole
+// file) accepts: only keys the loaders read, and values every section's
+// checks accept, so a user who copies one is not refused at start. A block
+// that is not a whole document says so with <!-- snippet: illustrative
+// REASON --> (docs/development.md, "Snippets in the docs").
 func TestReadmeYAMLKeysAreKnown(t *testing.T) {
 	root := filepath.Join("..", "..")
 	files := []string{filepath.Join(root, "README.md")}
@@ -115,43 +119,23 @@ func TestReadmeYAMLKeysAreKnown(t *testing.T) {
 	}
 	n := 0
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, block := range yamlBlocks(string(data)) {
-			if !strings.HasPrefix(strings.TrimSpace(block), "stacksaga:") {
+		for _, b := range blocksOf(t, f, "yaml") {
+			if w, reason, _ := strings.Cut(b.Marker, " "); w == "illustrative" && len(strings.Fields(reason)) >= 3 {
+				continue
+			}
+			if !strings.HasPrefix(strings.TrimSpace(b.Body), "stacksaga:") {
+				t.Errorf("%s:%d: a ```yaml block that is not a stacksaga: document and not marked <!-- snippet: illustrative REASON -->", f, b.Line)
 				continue
 			}
 			n++
-			if err := yamlconfig.CheckKnown([]byte(block)); err != nil {
-				t.Errorf("%s: YAML block %d: %v", f, i+1, err)
+			if _, err := config.Load([]byte(b.Body)); err != nil {
+				t.Errorf("%s:%d: YAML block: config.Load: %v", f, b.Line, err)
 			}
 		}
 	}
 	if n == 0 {
 		t.Fatal("no stacksaga: YAML block found in the README: the test checks nothing")
 	}
-}
-
-// yamlBlocks returns the bodies of the ```yaml fences of a Markdown text.
-func yamlBlocks(md string) []string {
-	var out []string
-	var cur []string
-	in := false
-	for _, line := range strings.Split(md, "\n") {
-		trim := strings.TrimSpace(line)
-		switch {
-		case !in && trim == "```yaml":
-			in, cur = true, nil
-		case in && trim == "```":
-			in = false
-			out = append(out, strings.Join(cur, "\n"))
-		case in:
-			cur = append(cur, line)
-		}
-	}
-	return out
 }
 
 // TestGoSnippetsAreFromTheExamples: a ```go block of the README or docs/
@@ -166,12 +150,8 @@ func TestGoSnippetsAreFromTheExamples(t *testing.T) {
 	}
 	n := 0
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, block := range fencedBlocks(string(data), "go") {
-			lines := strings.Split(block, "\n")
+		for _, b := range blocksOf(t, f, "go") {
+			lines := strings.Split(b.Body, "\n")
 			src, ok := strings.CutPrefix(strings.TrimSpace(lines[0]), "// ")
 			if !ok || !strings.HasSuffix(src, ".go") || strings.ContainsAny(src, " (") {
 				continue
@@ -198,22 +178,18 @@ func TestGoSnippetsAreFromTheExamples(t *testing.T) {
 	}
 }
 
-// fencedBlocks returns the bodies of the fences of a Markdown text whose
-// info string is lang.
-func fencedBlocks(md, lang string) []string {
-	var out []string
-	var cur []string
-	in := false
-	for _, line := range strings.Split(md, "\n") {
-		trim := strings.TrimSpace(line)
-		switch {
-		case !in && trim == "```"+lang:
-			in, cur = true, nil
-		case in && trim == "```":
-			in = false
-			out = append(out, strings.Join(cur, "\n"))
-		case in:
-			cur = append(cur, line)
+// blocksOf returns the fenced blocks of the Markdown file f whose info
+// string is lang.
+func blocksOf(t *testing.T, f, lang string) []Block {
+	t.Helper()
+	all, err := Blocks(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Block
+	for _, b := range all {
+		if b.Info == lang {
+			out = append(out, b)
 		}
 	}
 	return out
@@ -242,5 +218,43 @@ func TestBenchmarkChartMatchesFigures(t *testing.T) {
 		if want := rates[i][1] + "/s at 64 (floor " + floors[i][1]; !strings.Contains(text, want) {
 			t.Errorf("chart bar %d: %q is not a figure of docs/benchmarks.md", i+1, want)
 		}
+	}
+}
+
+// TestBlocks: each fence's line, info string, body and the snippet marker
+// of the line before it (blank lines between allowed; any other line in
+// between drops it).
+func TestBlocks(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "doc.md")
+	body := strings.Join([]string{
+		"<!-- snippet: body -->",
+		"",
+		"```go",
+		"x := 1",
+		"",
+		"```",
+		"<!-- snippet: illustrative the reason -->",
+		"text between",
+		"~~~yaml",
+		"a: 1",
+		"```",
+		"~~~",
+		"```",
+		"unclosed",
+	}, "\n")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Blocks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Block{
+		{Line: 3, Info: "go", Marker: "body", Body: "x := 1\n"},
+		{Line: 9, Info: "yaml", Body: "a: 1\n```"},
+		{Line: 13, Body: "unclosed"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Blocks:\n got %#v\nwant %#v", got, want)
 	}
 }
