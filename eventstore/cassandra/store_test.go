@@ -36,7 +36,9 @@ func testConfig(t *testing.T) cassandra.Config {
 
 func newStore(t *testing.T, cfg cassandra.Config) *cassandra.Store {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Creating a whole schema (CreateSchema) is a dozen DDL statements,
+	// each awaiting schema agreement: over a minute on a loaded node.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s, err := cassandra.New(ctx, cfg)
 	if err != nil {
