@@ -77,10 +77,12 @@ func TestMixedVersions(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(old, "cmd", "upgradetest-sagaproc", "main.go"), src, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	began := time.Now()
 	oldProc := goBuild(t, ctx, old, "./cmd/upgradetest-sagaproc", filepath.Join(bin, "old-sagaproc"))
 	oldCtl := goBuild(t, ctx, old, "./cmd/sagactl", filepath.Join(bin, "old-sagactl"))
 	newProc := goBuild(t, ctx, root, "./internal/upgradetest/testdata/sagaproc", filepath.Join(bin, "new-sagaproc"))
 	newCtl := goBuild(t, ctx, root, "./cmd/sagactl", filepath.Join(bin, "new-sagactl"))
+	t.Logf("%s and this version built in %v", PreviousRelease, time.Since(began).Round(time.Second))
 
 	hostList, brokerList := strings.Join(hosts, ","), strings.Join(brokers, ",")
 	cass := []string{"--hosts", hostList, "--keyspace", keyspace}
@@ -109,7 +111,7 @@ func TestMixedVersions(t *testing.T) {
 
 	// 2. Old orchestrator, new worker; the orchestrator switched mid-run.
 	t.Run("OldOrchestratorNewWorker", func(t *testing.T) {
-		oldOrch := startProc(t, ctx, "old orchestrator", oldProc, orchArgs(serviceB, domainB, workerB, "b1", 400, 150*time.Millisecond, noStop)...)
+		oldOrch := startProc(t, ctx, "old orchestrator", oldProc, orchArgs(serviceB, domainB, workerB, "b1", 60, 250*time.Millisecond, noStop)...)
 		waitFor(t, 3*time.Minute, "the old orchestrator starting 3 sagas on the old schema", func() bool {
 			return len(oldOrch.fields("started")) >= 3
 		}, oldOrch)
@@ -170,7 +172,7 @@ func TestMixedVersions(t *testing.T) {
 	t.Run("NewOrchestratorOldWorker", func(t *testing.T) {
 		scope := eventstore.Scope{Region: orchestrator.DefaultRegion, Cluster: "default", Service: serviceA}
 		stopA := filepath.Join(bin, "stop-a")
-		newOrch := startProc(t, ctx, "new orchestrator", newProc, orchArgs(serviceA, domainA, workerA, "a", 400, 150*time.Millisecond, stopA)...)
+		newOrch := startProc(t, ctx, "new orchestrator", newProc, orchArgs(serviceA, domainA, workerA, "a", 60, 250*time.Millisecond, stopA)...)
 		oldWorker := startProc(t, ctx, "old worker", oldProc, workerArgs(workerA)...)
 		waitFor(t, 3*time.Minute, "the old worker running 3 charges of the new orchestrator's sagas", func() bool {
 			return count(oldWorker.fields("ran"), "charge", "process") >= 3
@@ -184,7 +186,7 @@ func TestMixedVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, time.Minute, "the orchestrator to stop starting sagas", func() bool {
-			return len(newOrch.fields("no")) == 1
+			return len(newOrch.fields("starts")) == 1
 		}, newOrch, newWorker)
 		sagas := startedSagas(newOrch)
 		checkEndedOnce(t, ctx, store, scope, sagas, []*proc{oldWorker, newWorker}, []*proc{newOrch, newWorker})
@@ -497,12 +499,41 @@ func unfinished(t *testing.T, ctx context.Context, store *cassandra.Store, scope
 func checkEndedOnce(t *testing.T, ctx context.Context, store *cassandra.Store, scope eventstore.Scope, sagas map[string]int64, workers, live []*proc, stopped ...*proc) {
 	t.Helper()
 	all := append(append(append([]*proc{}, workers...), live...), stopped...)
-	var open []string
-	waitFor(t, 4*time.Minute, fmt.Sprintf("the %d sagas to end", len(sagas)), func() bool {
-		open = unfinished(t, ctx, store, scope, sagas)
-		return len(open) == 0
-	}, live...)
 	runs := map[string]int{}
+	deadline := time.Now().Add(4 * time.Minute)
+	for open := unfinished(t, ctx, store, scope, sagas); len(open) > 0; open = unfinished(t, ctx, store, scope, sagas) {
+		for _, p := range live {
+			if p.exited() {
+				t.Fatalf("waiting for the %d sagas to end: %s exited (%v)\n%s", len(sagas), p.name, p.err, p.String())
+			}
+		}
+		if time.Now().After(deadline) {
+			ran := map[string][]string{}
+			for _, w := range workers {
+				for _, f := range w.fields("ran") {
+					if len(f) == 3 {
+						ran[f[0]] = append(ran[f[0]], w.name+": "+f[1]+" "+f[2])
+					}
+				}
+			}
+			var lines []string
+			for i, tx := range open {
+				if i == 20 {
+					lines = append(lines, "…")
+					break
+				}
+				got, _ := store.LoadTransaction(ctx, scope, tx)
+				lines = append(lines, fmt.Sprintf("%s (amount %d): %s span %d %s %s attempt %d, updated %s; ran %v",
+					tx, sagas[tx], got.State, got.Span, got.Kind, got.Endpoint, got.Attempt, got.UpdatedAt.Format(time.RFC3339Nano), ran[tx]))
+			}
+			var dump strings.Builder
+			for _, p := range all {
+				dump.WriteString(p.String() + "\n")
+			}
+			t.Fatalf("%d of %d sagas not ended within 4m:\n%s\n%s", len(open), len(sagas), strings.Join(lines, "\n"), dump.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	for _, w := range workers {
 		for _, f := range w.fields("ran") {
 			if len(f) != 3 {

@@ -13,7 +13,7 @@
 //	running                          joined its group
 //	started ORDER TXID               (orchestrator) a saga started
 //	ran TXID ENDPOINT KIND           (worker) a handler ran (KIND process|revert)
-//	no more starts                   (orchestrator) -stop-file appeared
+//	starts done                      (orchestrator) -orders started, or -stop-file appeared
 //	stopped                          Run returned after SIGINT
 package main
 
@@ -174,7 +174,6 @@ func runOrchestrator(ctx context.Context, store *cassandra.Store, logger *slog.L
 	for i := 1; i <= *orders; i++ {
 		if *stopFile != "" {
 			if _, err := os.Stat(*stopFile); err == nil {
-				say("no more starts")
 				break
 			}
 		}
@@ -196,5 +195,6 @@ func runOrchestrator(ctx context.Context, store *cassandra.Store, logger *slog.L
 		case <-ctx.Done():
 		}
 	}
+	say("starts done")
 	return <-done
 }
