@@ -17,8 +17,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 	"github.com/stacksaga-go/stacksaga/recovery"
 )
@@ -116,8 +119,8 @@ flight once its reply arrives); it ends COMPENSATED. terminate asks for it to
 be stopped at once without compensating: it ends TERMINATED. Both read the
 saga from the store (a saga that has ended is refused, exit 4; cancel refuses
 a DISABLED saga too: restore or terminate it), then produce the request on the
-domain's callback topic (--brokers, or env STACKSAGA_KAFKA_BROKERS; plaintext
-Kafka), where the orchestrator applies it in order with the saga's replies;
+domain's callback topic (--brokers, or env STACKSAGA_KAFKA_BROKERS; TLS and
+SASL with the --kafka-* flags below, plaintext without them), where the orchestrator applies it in order with the saga's replies;
 the saga's history then holds a "cancelled" or "terminated" row with the
 actor and --reason (required, at most 1024 bytes). Both are audited as
 restore and resume are. Note: "list terminated" lists frozen
@@ -145,6 +148,12 @@ flags (every command):
   --actor NAME          restore, resume, cancel, terminate: who the audit
                         records (and cancel's and terminate's history row) name (default
                         sagactl:<os user>@<hostname>; at most 256 bytes)
+  --kafka-tls, --kafka-tls-ca FILE, --kafka-tls-cert FILE --kafka-tls-key FILE,
+  --kafka-sasl-user NAME, --kafka-sasl-mechanism plain|scram-sha-256|scram-sha-512,
+  --kafka-sasl-password-env VAR
+                        cancel, terminate: the Kafka client's TLS and SASL, as
+                        sagademo and sagabench take them (the password from the
+                        variable VAR, default KAFKA_SASL_PASSWORD; never a flag)
   Values come from --config, then the environment (STACKSAGA_CASSANDRA_*,
   STACKSAGA_INSTANCE_*), then the flags.
 
@@ -186,6 +195,7 @@ type adminFlags struct {
 	actor *string
 	// cancel, terminate
 	reason, brokers *string
+	kafka           *kafkaflags.Flags
 }
 
 func newAdminFlags(cmd string) *adminFlags {
@@ -219,6 +229,7 @@ func newAdminFlags(cmd string) *adminFlags {
 	if cmd == "cancel" || cmd == "terminate" {
 		f.reason = fs.String("reason", "", "why (recorded in the saga's history)")
 		f.brokers = fs.String("brokers", "", "Kafka brokers")
+		f.kafka = kafkaflags.Register(fs)
 	}
 	return f
 }
@@ -288,6 +299,7 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	var what string // list: the list; show, restore, resume: the TXID
 	var key string  // resume: the correlation key
 	var rc map[string]string
+	var kafkaOpts []kgo.Opt // cancel, terminate: TLS and SASL
 	switch cmd {
 	case "list":
 		if len(pos) != 1 {
@@ -343,6 +355,12 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		}
 		if *f.brokers == "" {
 			return failf(stderr, exitUsage, "%s: --brokers (or %s) is required: the request goes to the orchestrator through Kafka", cmd, envKafkaBrokers)
+		}
+		if kafkaOpts, err = f.kafka.Opts(os.LookupEnv); err != nil {
+			return failf(stderr, exitUsage, "%s: %v", cmd, err)
+		}
+		if w := f.kafka.Warning(); w != "" {
+			fmt.Fprintf(stderr, "sagactl: %s: warning: %s\n", cmd, w)
 		}
 	}
 	if *f.timeout <= 0 {
@@ -407,7 +425,7 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	case "resume":
 		return c.resume(ctx, what, key, rc)
 	case "cancel", "terminate":
-		return c.control(ctx, cmd, what, *f.reason, strings.Split(*f.brokers, ","))
+		return c.control(ctx, cmd, what, *f.reason, strings.Split(*f.brokers, ","), kafkaOpts)
 	default:
 		if *f.allDisabled {
 			return c.restoreAllDisabled(ctx)

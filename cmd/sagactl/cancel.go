@@ -33,7 +33,8 @@ type jsonControl struct {
 }
 
 // control runs `sagactl cancel|terminate TXID`.
-func (c *cli) control(ctx context.Context, action, txID, reason string, brokers []string) int {
+// kafkaOpts are the client's TLS and SASL options (internal/kafkaflags).
+func (c *cli) control(ctx context.Context, action, txID, reason string, brokers []string, kafkaOpts []kgo.Opt) int {
 	detail := "reason: " + reason
 	tx, err := c.store.LoadTransaction(ctx, c.scope, txID)
 	if errors.Is(err, eventstore.ErrNotFound) {
@@ -46,7 +47,7 @@ func (c *cli) control(ctx context.Context, action, txID, reason string, brokers 
 	for i := range brokers {
 		brokers[i] = strings.TrimSpace(brokers[i])
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
+	prod, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0)}, kafkaOpts...)...)
 	if err != nil {
 		return c.failf(exitUsage, "%s: --brokers: %v", action, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -177,5 +178,70 @@ func TestCancelEndToEnd(t *testing.T) {
 	}
 	if want := []string{"cancel|alice|ok", "cancel|alice|refused: wrong state"}; !slices.Equal(got, want) {
 		t.Errorf("audit trail %v, want %v", got, want)
+	}
+}
+
+// cancel and terminate reach a Kafka that requires TLS and SASL with the
+// flags sagademo and sagabench take (internal/kafkaflags): on the real
+// SASL_SSL listener the request lands on the domain's callback topic, and
+// without the flags it cannot be sent. A SASL user without a password is a
+// usage error before anything is opened.
+func TestCancelOverTLS(t *testing.T) {
+	r := newAdminRig(t)
+	k := testenv.KafkaSASLSSL(t)
+	if k.Brokers == nil {
+		return
+	}
+	plain := testenv.KafkaBrokers(t)
+	domain := testenv.UniqueName(t, "cxtls")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(plain...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := topics.Ensure(ctx, kadm.NewClient(cl), topics.OrchestratorTopics(domain), topics.Provision{Partitions: 1, ReplicationFactor: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tx := r.saga(time.Minute, eventstore.StateInProgress, func(tx *eventstore.Transaction) { tx.Domain = domain })
+	secure := []string{"--brokers", strings.Join(k.Brokers, ","), "--kafka-tls-ca", os.Getenv(testenv.EnvKafkaTLSCA),
+		"--kafka-sasl-mechanism", "plain", "--kafka-sasl-user", k.User, "--kafka-sasl-password-env", "SAGACTL_TEST_KAFKA_PASSWORD"}
+
+	t.Setenv("SAGACTL_TEST_KAFKA_PASSWORD", "")
+	if code, _, errOut := r.run(append([]string{"cancel", tx.TxID, "--reason", "r"}, secure...)...); code != exitUsage || !strings.Contains(errOut, "--kafka-sasl-user") {
+		t.Errorf("cancel with a SASL user and no password: exit %d: %s", code, errOut)
+	}
+	// Plaintext to the SASL_SSL listener: the request is not sent.
+	if code, _, errOut := r.run("terminate", tx.TxID, "--reason", "r", "--brokers", strings.Join(k.Brokers, ","), "--timeout", "5s"); code != exitFailure {
+		t.Errorf("terminate over plaintext to the SASL_SSL listener: exit %d, want %d: %s", code, exitFailure, errOut)
+	}
+	t.Setenv("SAGACTL_TEST_KAFKA_PASSWORD", k.Password)
+	out := r.ok(append([]string{"cancel", tx.TxID, "--reason", "over TLS", "--actor", "alice"}, secure...)...)
+	if !strings.Contains(out, "cancel requested for "+tx.TxID) {
+		t.Errorf("cancel over TLS: %s", out)
+	}
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(plain...), kgo.ConsumeTopics(topics.CallbackTopic(domain)),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	var got []string
+	for len(got) == 0 {
+		fs := consumer.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("no request on %s: %v", topics.CallbackTopic(domain), ctx.Err())
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			for _, h := range rec.Headers {
+				if h.Key == orchestrator.ControlHeader {
+					got = append(got, string(rec.Key)+" "+string(h.Value))
+				}
+			}
+		})
+	}
+	if want := []string{tx.TxID + " " + orchestrator.ControlCancel}; !slices.Equal(got, want) {
+		t.Errorf("callback topic holds %v, want %v (only the request sent over TLS)", got, want)
 	}
 }

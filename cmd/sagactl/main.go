@@ -73,7 +73,7 @@ const usage = `usage:
   sagactl show TXID [flags]
   sagactl restore TXID | --all-disabled [flags]
   sagactl resume TXID CORRELATION_KEY [key=value ...] [flags]
-  sagactl cancel|terminate TXID --reason TEXT --brokers H:9092 [flags]
+  sagactl cancel|terminate TXID --reason TEXT --brokers H:9092 [--kafka-tls-ca f] [--kafka-sasl-user u] [flags]
   sagactl trace-window --addr 127.0.0.1:8088 --service S [flags]
   sagactl ring [--master 127.0.0.1:7070] [--json]
   sagactl sql-barrier print|apply [--table stacksaga_barrier] [--dsn-file f] [--timeout 1m]

@@ -2,7 +2,8 @@
 // Kafka clients TLS and SASL, and turns them into franz-go options. The
 // commands with a --kafka flag (cmd/sagademo, cmd/sagabench) register
 // them, and pass the options to every Kafka client they make: orchestrators
-// and workers (WithKafkaOpts), relays, admin clients.
+// and workers (WithKafkaOpts), relays, admin clients; sagactl cancel and
+// terminate register them for their producer.
 //
 //	--kafka-tls                   dial the brokers over TLS (the system's roots)
 //	--kafka-tls-ca FILE           trust the PEM certificates in FILE instead (implies --kafka-tls)
