@@ -161,9 +161,11 @@ func TestKillWorkersUnderOrchestrator(t *testing.T) {
 	}
 	wg.Wait()
 	if len(failures) > 0 {
-		t.Fatalf("%d sagas not terminal after %v (orchestrator stats %+v): %v", len(failures), time.Since(began).Round(time.Second), o.Stats(), failures[0])
+		// The ledger is checked all the same, for doubles.
+		t.Errorf("%d sagas not terminal after %v (orchestrator stats %+v): %v", len(failures), time.Since(began).Round(time.Second), o.Stats(), failures[0])
+	} else {
+		t.Logf("every saga terminal %v after the first start", time.Since(began).Round(time.Millisecond))
 	}
-	t.Logf("every saga terminal %v after the first start", time.Since(began).Round(time.Millisecond))
 	for _, w := range workers {
 		w.stop() // no write after the ledger is read
 	}
@@ -194,6 +196,21 @@ func TestKillWorkersUnderOrchestrator(t *testing.T) {
 	steps, retried, doubles, missing, wrong := 0, 0, 0, 0, 0
 	checked := map[ledgerKey]bool{}
 	for i, id := range ids {
+		if !states[i].Terminal() {
+			// Not terminal (the wait failed, reported above): only a
+			// second row of one step's process or revert is known wrong.
+			for span := range endpoints {
+				for _, kind := range []topics.Kind{topics.KindProcess, topics.KindRevert} {
+					k := ledgerKey{id, span, kind}
+					checked[k] = true
+					if e := ledger[k]; e.rows > 1 {
+						doubles += int(e.rows - 1)
+						t.Errorf("%s span %d %s (saga not terminal): %d ledger rows", id, span, kind, e.rows)
+					}
+				}
+			}
+			continue
+		}
 		h, err := o.History(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
