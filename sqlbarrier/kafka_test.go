@@ -3,6 +3,7 @@ package sqlbarrier_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -18,14 +19,28 @@ import (
 	"github.com/stacksaga-go/stacksaga/worker"
 )
 
-// order is the entity of the Kafka tests' "charge" step.
+// order is the entity of the Kafka tests' steps. Fail names the endpoint
+// whose process fails non-retryably (after its write, which the barrier
+// rolls back), making the saga compensate.
 type order struct {
-	Amount int64 `msgpack:"amount"`
+	Amount int64  `msgpack:"amount"`
+	Fail   string `msgpack:"fail,omitempty"`
 }
 
-// chargeEndpoint debits the ledger (process) and refunds it (revert), in
-// the barrier's transaction; inside, when set, runs after the write.
+// errDeclined is the non-retryable failure of the endpoint an order names
+// in Fail.
+var errDeclined = errors.New("declined")
+
+// chargeEndpoint is ledgerEndpoint "charge".
 func chargeEndpoint(inside func()) sqlbarrier.Endpoint[order] {
+	return ledgerEndpoint("charge", inside)
+}
+
+// ledgerEndpoint is the endpoint name that debits the ledger (process) and
+// refunds it (revert), in the barrier's transaction; inside, when set, runs
+// after the write. Its process fails non-retryably, after the write, for an
+// order whose Fail is name.
+func ledgerEndpoint(name string, inside func()) sqlbarrier.Endpoint[order] {
 	write := func(ctx context.Context, tx *sql.Tx, s *worker.Step, amount int64) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO ledger (tx_id, span, kind, amount) VALUES ($1, $2, $3, $4)`, s.TxID, s.Span, string(s.Kind), amount)
 		if err == nil && inside != nil {
@@ -34,9 +49,15 @@ func chargeEndpoint(inside func()) sqlbarrier.Endpoint[order] {
 		return err
 	}
 	return sqlbarrier.Endpoint[order]{
-		Name: "charge",
+		Name: name,
 		Process: func(ctx context.Context, tx *sql.Tx, s *worker.Step, in order) (order, error) {
-			return in, write(ctx, tx, s, -in.Amount)
+			if err := write(ctx, tx, s, -in.Amount); err != nil {
+				return in, err
+			}
+			if in.Fail == name {
+				return in, worker.NonRetryable(fmt.Errorf("%s: %w", name, errDeclined))
+			}
+			return in, nil
 		},
 		Revert: func(ctx context.Context, tx *sql.Tx, s *worker.Step, in order) (order, error) {
 			return in, write(ctx, tx, s, in.Amount)
