@@ -3,7 +3,7 @@
 
 GO           ?= go
 PKGS         ?= ./...
-TEST_TIMEOUT ?= 30m
+TEST_TIMEOUT ?= 50m
 TEST_FLAGS   ?=
 TEST_FUZZTIME ?= 3s
 # CLUSTER=1: make test also starts the three-node cluster (scripts/services up
