@@ -47,6 +47,9 @@ type config struct {
 	fault      func(FaultPoint, string) bool
 	// retryArmed, when set (tests), is told of every in-process retry armed.
 	retryArmed func(txID string, d time.Duration)
+	// stepArmed, when set (tests), is told of every step timer armed
+	// (deadline: armed for the saga's deadline).
+	stepArmed func(txID string, span int, d time.Duration, deadline bool)
 
 	stateCacheSize int
 	markerCleanup  bool
