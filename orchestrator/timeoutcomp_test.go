@@ -136,7 +136,9 @@ func TestTimedOutStepNeverRunIsNullCompensated(t *testing.T) {
 		r.guarded, r.guardMode = true, writeprotect.Strict
 		r.startWorker(r.svcStock)
 		r.startWorker(r.svcPay)
-		cfg := chargeTimeoutCfg(t, r, recovery.DefaultConfig(), time.Second, 1)
+		// One attempt; the timeout is the refund's too (same endpoint),
+		// and a null compensation on a loaded Cassandra took over 1 s.
+		cfg := chargeTimeoutCfg(t, r, recovery.DefaultConfig(), 8*time.Second, 1)
 		o, _ := r.startOrchestrator(orchestrator.WithRecovery(cfg), orchestrator.WithFaultInjection(loseSecondCommand()))
 		id, err := o.Start(context.Background(), order{ID: "1"})
 		if err != nil {
