@@ -412,9 +412,17 @@ func (o *Orchestrator[T]) applyControl(ctx context.Context, tx *eventstore.Trans
 		if err := o.claimPark(ctx, tx, req.Action, eventstore.ResumeClaimTTL); err != nil {
 			return err
 		}
-		// The parked step did not complete: the steps before it are undone.
+		// The parked step did not complete: the steps before it are
+		// undone; it too if its last attempt was failed by its step
+		// timer (its outcome is unknown).
+		cursor := tx.Span
+		if parkedUnknown(tx) {
+			tryout.Error += "; " + tx.Error + "; " + unknownNote
+			markUnknown(tx)
+			cursor++
+		}
 		tx.Error = req.detail()
-		if err := o.compensateWith(ctx, tx, tx.Span, nil, tryout); err != nil {
+		if err := o.compensateWith(ctx, tx, cursor, nil, tryout); err != nil {
 			return err
 		}
 	default: // CANCELLING, FAILED, COMPENSATING: compensating already; DISABLED

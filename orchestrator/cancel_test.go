@@ -16,6 +16,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
+	"github.com/stacksaga-go/stacksaga/writeprotect"
 )
 
 // Issue 40: Cancel and Terminate, on real Kafka, on each store.
@@ -447,18 +448,17 @@ func TestTerminate(t *testing.T) {
 }
 
 // A saga cancelled while its step is in flight, whose reply never comes,
-// compensates once that step's timeout passes: the step did not complete,
-// so only the steps before it are undone.
+// compensates once that step's timeout passes: the step's outcome is
+// unknown (the worker may have run it, or may still), so it is
+// compensated too. Here the payment worker is down until the charge's
+// compensation is on its way: it then runs the charge, late (once: STRICT
+// guard), and its compensation.
 func TestCancelStepInFlightTimesOut(t *testing.T) {
 	onEachStore(t, func(t *testing.T, kind string) {
 		r := newRig(t, kind)
-		r.startWorker(r.svcStock) // no payment worker: charge never replies
-		cfg := recovery.DefaultConfig()
-		timeout := 2 * time.Second
-		cfg.Retry.DefaultEndpoints = map[string]recovery.RetryOverride{r.svcPay + "/charge": {StepTimeout: &timeout}}
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
+		r.guarded, r.guardMode = true, writeprotect.Strict
+		r.startWorker(r.svcStock) // no payment worker yet: charge does not reply
+		cfg := chargeTimeoutCfg(t, r, recovery.DefaultConfig(), 2*time.Second, 0)
 		o, _ := r.startOrchestrator(orchestrator.WithRecovery(cfg))
 		id, err := o.Start(context.Background(), order{ID: "1"})
 		if err != nil {
@@ -468,8 +468,13 @@ func TestCancelStepInFlightTimesOut(t *testing.T) {
 		if err := o.Cancel(orchestrator.WithActor(context.Background(), "dave"), id, "taking too long"); err != nil {
 			t.Fatal(err)
 		}
+		waitAt(t, o, id, eventstore.StateCompensating, 1)
+		r.startWorker(r.svcPay)
 		waitState(t, o, id, eventstore.StateCompensated)
-		assertReverts(t, r, id, "reserve")
+		assertReverts(t, r, id, "charge", "reserve")
+		if n := r.runsOf(id, 1, topics.KindProcess); n != 1 {
+			t.Errorf("charge ran %d times, want once (late, before its compensation)", n)
+		}
 		if st := o.Stats(); st.TimedOut < 1 || st.Cancelled != 1 {
 			t.Errorf("TimedOut = %d, Cancelled = %d; want at least 1 and 1", st.TimedOut, st.Cancelled)
 		}
@@ -483,9 +488,10 @@ func TestCancelStepInFlightTimesOut(t *testing.T) {
 				outcomes = append(outcomes, tr.Outcome)
 			}
 		}
-		if len(outcomes) == 0 || outcomes[len(outcomes)-1] != "retryable" || !slices.Contains(outcomes, orchestrator.OutcomeCancelled) {
-			t.Errorf("charge's history rows %v, want the cancel and the timeout last", outcomes)
+		if len(outcomes) == 0 || outcomes[len(outcomes)-1] != orchestrator.OutcomeUnknown || !slices.Contains(outcomes, orchestrator.OutcomeCancelled) {
+			t.Errorf("charge's history rows %v, want the cancel and the timeout (outcome unknown) last", outcomes)
 		}
+		assertUnknownRow(t, o, id)
 	})
 }
 

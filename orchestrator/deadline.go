@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
@@ -16,7 +17,13 @@ import (
 // applied after it (a success is compensated too; a retryable failure is
 // not retried), a parked saga's re-drive (in-process, by a retry node or
 // by hand), and the step timer, armed for the deadline when it comes
-// before the step's timeout. Compensations are not bounded by it.
+// before the step's timeout. That timer does not fail the step in flight,
+// whose outcome is not known yet: the saga stops going forward as after a
+// Cancel (CANCELLING) and the step's reply decides (a success is
+// compensated, a failure is not); if its step timeout passes first, it is
+// compensated anyway (steptimeout.go, timedOut). A parked step whose last
+// attempt was failed by its step timer is compensated too. Compensations
+// are not bounded by the deadline.
 
 // untilDeadline returns how long tx, going forward, has until its saga
 // deadline; false when it has none (no timeout, or compensating).
@@ -67,19 +74,39 @@ func (o *Orchestrator[T]) failLate(ctx context.Context, tx *eventstore.Transacti
 // the saga's lock.
 func (o *Orchestrator[T]) failParked(ctx context.Context, tx *eventstore.Transaction) error {
 	from := tx.State
+	last := tx.Error
 	reason := o.timedOutReason(tx)
-	if tx.Error != "" {
-		reason += ": last attempt: " + tx.Error
+	if last != "" {
+		reason += ": last attempt: " + last
+	}
+	// A step parked after an attempt failed by its step timer has an
+	// unknown outcome (the worker may have run it, or may still run it):
+	// it is compensated with the steps before it (see timedOut).
+	cursor := tx.Span
+	var tryout *eventstore.Tryout
+	if parkedUnknown(tx) {
+		tryout = &eventstore.Tryout{TxID: tx.TxID, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt,
+			Outcome: OutcomeUnknown, Error: last + "; " + unknownNote, Before: tx.Payload, StartedAt: tx.UpdatedAt, FinishedAt: o.cfg.now()}
+		markUnknown(tx)
+		cursor++
 	}
 	tx.Error = reason
 	// Not caused by a reply on this instance's callback partition.
 	ctx = withPersistFirst(ctx)
-	o.logger().Warn("orchestrator: parked saga timed out; compensating instead of retrying", "tx", tx.TxID, "span", tx.Span, "saga_timeout", o.cfg.sagaTimeout)
-	if err := o.persist(ctx, tx, eventstore.StateFailed, nil, from, nil); err != nil {
+	o.logger().Warn("orchestrator: parked saga timed out; compensating instead of retrying", "tx", tx.TxID, "span", tx.Span, "saga_timeout", o.cfg.sagaTimeout, "step_outcome_unknown", tryout != nil)
+	if err := o.persist(ctx, tx, eventstore.StateFailed, tryout, from, nil); err != nil {
 		return fmt.Errorf("orchestrator: redrive %s: %w", tx.TxID, err)
 	}
-	if err := o.compensate(ctx, tx, tx.Span, nil); err != nil {
+	if err := o.compensate(ctx, tx, cursor, nil); err != nil {
 		return fmt.Errorf("orchestrator: redrive %s: %w: compensation: %w", tx.TxID, ErrSagaTimedOut, err)
 	}
 	return fmt.Errorf("%w: %s", ErrSagaTimedOut, tx.TxID)
+}
+
+// parkedUnknown reports whether tx, parked in RETRY_PENDING going forward,
+// was parked after an attempt failed by its step timer: the step's outcome
+// is unknown, and a saga that fails or is cancelled instead of retrying it
+// compensates it too.
+func parkedUnknown(tx *eventstore.Transaction) bool {
+	return tx.Kind == string(topics.KindProcess) && strings.HasPrefix(tx.Error, stepTimedOutPrefix)
 }

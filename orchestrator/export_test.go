@@ -11,6 +11,12 @@ func WithRetryArmedHook(f func(txID string, d time.Duration)) Option {
 	return optFunc(func(c *config) { c.retryArmed = f })
 }
 
+// WithStepArmedHook has f told of every step timer armed (the saga, its
+// span, the delay, and whether it is armed for the saga's deadline).
+func WithStepArmedHook(f func(txID string, span int, d time.Duration, deadline bool)) Option {
+	return optFunc(func(c *config) { c.stepArmed = f })
+}
+
 // WithWaitPolls sets the first and the longest interval between Wait's
 // reads of a saga.
 func WithWaitPolls(first, most time.Duration) Option {

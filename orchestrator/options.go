@@ -47,6 +47,9 @@ type config struct {
 	fault      func(FaultPoint, string) bool
 	// retryArmed, when set (tests), is told of every in-process retry armed.
 	retryArmed func(txID string, d time.Duration)
+	// stepArmed, when set (tests), is told of every step timer armed
+	// (deadline: armed for the saga's deadline).
+	stepArmed func(txID string, span int, d time.Duration, deadline bool)
 
 	stateCacheSize int
 	markerCleanup  bool
@@ -260,8 +263,10 @@ func WithShutdownGrace(d time.Duration) Option {
 // whose forward steps have not all completed by then fails non-retryably
 // with an error saying "saga timed out" and compensates the steps that
 // completed (a step whose reply comes after the deadline included; a
-// parked retry is not re-driven; the step in flight is failed at the
-// deadline by its timer). Compensation itself is not bounded by it, and a
+// parked retry is not re-driven). A step in flight at the deadline is
+// waited for, as after a Cancel: the saga becomes CANCELLING, and the
+// step is compensated if it succeeds, or if its step timeout passes
+// with no reply (its outcome is unknown). Compensation itself is not bounded by it, and a
 // paused saga is held by its pause deadline instead. 0 turns it off; it
 // overrides the recovery configuration's
 // stacksaga.cassandra.recovery.deadline.domains.<domain>.saga-timeout

@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1127,8 +1128,15 @@ func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transactio
 	env.ResumeContext = resumeFrom(ctx)
 	if kind == topics.KindRevert {
 		env.Hints = tx.Hints
-		// Only completed spans are compensated (sendRevert checks it).
+		// Only completed spans are compensated (sendRevert checks it),
+		// and a step whose outcome is unknown (unknownHint): its
+		// compensation says it may not have run, so that a guarded
+		// worker makes it a null compensation if it did not.
 		env.ActionDone = true
+		if v, ok := tx.Hints[unknownHint]; ok {
+			env.Hints = userHints(tx.Hints)
+			env.ActionDone = v != strconv.Itoa(tx.Span)
+		}
 	}
 	if o.tel.tracer != nil {
 		tracePublish(ctx, &env)
@@ -1173,7 +1181,7 @@ func (o *Orchestrator[T]) decide(ctx context.Context, f func(context.Context, *S
 func (o *Orchestrator[T]) view(tx *eventstore.Transaction, last *StepResult) (*Saga[T], error) {
 	s := &Saga[T]{
 		TxID: tx.TxID, Domain: tx.Domain, Version: versionOf(tx), State: tx.State, Span: tx.Span, Kind: tx.Kind,
-		Attempt: tx.Attempt, Last: last, Hints: tx.Hints, Error: tx.Error,
+		Attempt: tx.Attempt, Last: last, Hints: userHints(tx.Hints), Error: tx.Error,
 		PauseEvent: tx.PauseEvent, PausedUntil: tx.PausedUntil, TraceID: tx.TraceID,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt,
 	}

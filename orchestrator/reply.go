@@ -233,9 +233,13 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 // compensationCursor is the span below which completed steps are
 // compensated: the failed span itself failed (nothing to undo there) unless
 // it had completed and the event manager failed the saga afterwards, or its
-// failure says the step ran (ActionDone).
+// failure says the step ran (ActionDone), or the saga was failed with it in
+// Completed (a step timed out with an unknown outcome, timedOut).
 func compensationCursor(tx *eventstore.Transaction, env *topics.Envelope) int {
 	if env.Outcome == topics.OutcomeOK || (env.ActionDone && env.Kind == topics.KindProcess) {
+		return tx.Span + 1
+	}
+	if n := len(tx.Completed); n > 0 && tx.Completed[n-1].Span == tx.Span && tx.Kind == string(topics.KindProcess) {
 		return tx.Span + 1
 	}
 	return tx.Span
