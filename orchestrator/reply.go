@@ -148,11 +148,9 @@ func (o *Orchestrator[T]) deadLetter(ctx context.Context, r *kgo.Record, code, r
 	return nil
 }
 
-// apply moves tx on by the reply env (which matches its span, kind and
-// attempt).
-func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction, env *topics.Envelope) error {
-	now := o.cfg.now()
-	from := tx.State
+// stepResult returns what the reply env to tx's current step, applied at
+// now, shows the decision functions and records in the history.
+func stepResult(tx *eventstore.Transaction, env *topics.Envelope, now time.Time) (*StepResult, *eventstore.Tryout) {
 	service, endpoint := parseQualified(tx.Endpoint)
 	last := &StepResult{
 		Span: tx.Span, Step: Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)},
@@ -163,6 +161,15 @@ func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction,
 		Outcome: string(env.Outcome), Error: env.Error, Before: tx.Payload, After: env.Payload,
 		StartedAt: tx.UpdatedAt, FinishedAt: now,
 	}
+	return last, tryout
+}
+
+// apply moves tx on by the reply env (which matches its span, kind and
+// attempt).
+func (o *Orchestrator[T]) apply(ctx context.Context, tx *eventstore.Transaction, env *topics.Envelope) error {
+	now := o.cfg.now()
+	from := tx.State
+	last, tryout := stepResult(tx, env, now)
 	if from == eventstore.StateFailed {
 		// The failure was persisted, compensation not yet started.
 		return o.compensate(ctx, tx, compensationCursor(tx, env), last)

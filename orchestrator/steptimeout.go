@@ -214,16 +214,8 @@ func (o *Orchestrator[T]) deadlineCancel(ctx context.Context, tx *eventstore.Tra
 func (o *Orchestrator[T]) compensateUnknown(ctx context.Context, tx *eventstore.Transaction, env *topics.Envelope) error {
 	now := o.cfg.now()
 	from := tx.State
-	service, endpoint := parseQualified(tx.Endpoint)
-	last := &StepResult{
-		Span: tx.Span, Step: Step{Service: service, Endpoint: endpoint, Query: isQuery(tx.Endpoint)},
-		Kind: tx.Kind, Attempt: tx.Attempt, Outcome: string(env.Outcome), Error: env.Error, Finished: now,
-	}
-	tryout := &eventstore.Tryout{
-		TxID: tx.TxID, Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt,
-		Outcome: OutcomeUnknown, Error: env.Error + "; " + unknownNote, Before: tx.Payload,
-		StartedAt: tx.UpdatedAt, FinishedAt: now,
-	}
+	last, tryout := stepResult(tx, env, now)
+	tryout.Outcome, tryout.Error = OutcomeUnknown, env.Error+"; "+unknownNote
 	o.logger().Warn("orchestrator: step timed out and its saga compensates; its outcome is unknown, so it is compensated too",
 		"tx", tx.TxID, "span", tx.Span, "endpoint", tx.Endpoint, "attempt", tx.Attempt, "state", from)
 	markUnknown(tx)
