@@ -299,7 +299,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stdout, res.summary())
-	if res.stuck > 0 {
+	if res.stuck > 0 || res.endedTwice > 0 {
 		return 1
 	}
 	return 0
@@ -317,6 +317,9 @@ type result struct {
 	// duplicateExecutions counts business-handler runs beyond the first
 	// per transaction, span and kind, as the handlers saw them.
 	duplicateExecutions int
+	// endedTwice counts terminal events for a saga that had ended already
+	// (a reply applied twice: a broken promise, the run exits 1).
+	endedTwice int64
 	// Recovery figures, set when recovery is exercised.
 	hasRecovery                  bool
 	retried, restored, abandoned int64
@@ -356,7 +359,7 @@ func (r result) summary() string {
 	if r.hasStmts {
 		fmt.Fprintf(&b, " stmts_per_saga=%.1f", r.stmtsPerSaga)
 	}
-	fmt.Fprintf(&b, " duplicate_executions=%d", r.duplicateExecutions)
+	fmt.Fprintf(&b, " duplicate_executions=%d ended_twice=%d", r.duplicateExecutions, r.endedTwice)
 	if r.hasRecovery {
 		fmt.Fprintf(&b, " abandoned=%d retried=%d restored=%d directory_left=%d", r.abandoned, r.retried, r.restored, r.directoryLeft)
 		if r.retries > 0 {
@@ -558,6 +561,8 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	var completed, compensated, compFailed atomic.Int64
 	lat := newLatencies()
 	retryGaps, crashGaps := newGaps(), newGaps()
+	var ended sync.Map // txID → struct{}: the sagas whose terminal event came
+	var endedTwice atomic.Int64
 	onEvent := func(e orchestrator.Event) {
 		if e.To == eventstore.StateRetryPending && e.Outcome == string(topics.OutcomeRetryable) {
 			retryGaps.mark(e.TxID, e.At, 0)
@@ -569,14 +574,26 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		case eventstore.StatePaused:
 			res.add(e.TxID, topics.IdempotencyKey(e.TxID, e.Span, topics.Kind(e.Kind)))
 			return
+		case eventstore.StateCompleted, eventstore.StateCompensated, eventstore.StateCompensationFailed:
+		default:
+			return
+		}
+		// A saga ends once: a second terminal event for it (a reply
+		// applied twice) is counted, not taken for another saga's end
+		// (its slot was freed already: taking one more would block this
+		// listener, and the orchestrator with it, for ever).
+		if _, again := ended.LoadOrStore(e.TxID, struct{}{}); again {
+			endedTwice.Add(1)
+			logger.Error("sagademo: a saga ended twice", "tx", e.TxID, "from", e.From, "to", e.To, "span", e.Span)
+			return
+		}
+		switch e.To {
 		case eventstore.StateCompleted:
 			completed.Add(1)
 		case eventstore.StateCompensated:
 			compensated.Add(1)
-		case eventstore.StateCompensationFailed:
-			compFailed.Add(1)
 		default:
-			return
+			compFailed.Add(1)
 		}
 		lat.end(e.TxID, time.Now())
 		<-slots
@@ -815,6 +832,7 @@ loop:
 		compensationFailed: int(compFailed.Load()), elapsed: elapsed,
 	}
 	out.stuck = opts.sagas - (out.completed + out.compensated + out.compensationFailed)
+	out.endedTwice = endedTwice.Load()
 	out.p50, out.p99 = lat.quantiles()
 	out.duplicateExecutions = execs.duplicates()
 	if ledger != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
 
-var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s p50_ms=\d+\.\d p99_ms=\d+\.\d( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+)( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+)(?: retry_p50_ms=\d+\.\d retry_p99_ms=\d+\.\d)?(?: recovery_p50_ms=\d+\.\d recovery_p99_ms=\d+\.\d)?)?( paused=(\d+) resumed=(\d+))?( cancel_requested=(\d+) cancelled=(\d+) cancel_too_late=(\d+))?( sql_effects=(\d+) sql_double_effects=(\d+))?$`)
+var summaryRE = regexp.MustCompile(`^sagas=(\d+) completed=(\d+) compensated=(\d+) compensation_failed=(\d+) stuck=(\d+) elapsed=\d+\.\d\ds rate=\d+\.\d/s p50_ms=\d+\.\d p99_ms=\d+\.\d( stmts_per_saga=\d+\.\d)? duplicate_executions=(\d+) ended_twice=0( abandoned=(\d+) retried=(\d+) restored=(\d+) directory_left=(\d+)(?: retry_p50_ms=\d+\.\d retry_p99_ms=\d+\.\d)?(?: recovery_p50_ms=\d+\.\d recovery_p99_ms=\d+\.\d)?)?( paused=(\d+) resumed=(\d+))?( cancel_requested=(\d+) cancelled=(\d+) cancel_too_late=(\d+))?( sql_effects=(\d+) sql_double_effects=(\d+))?$`)
 
 // demoSummary runs the demo with args (quietly), fails t unless it exits 0
 // with a summary line, and returns the line's submatches (summaryRE) and
