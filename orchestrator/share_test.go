@@ -1,11 +1,9 @@
 package orchestrator_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/internal/metrictest"
+	"github.com/stacksaga-go/stacksaga/internal/testenv"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
@@ -82,7 +81,7 @@ func TestKafkaShareLateAcceptFailsAndIsCounted(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	capped := kversion.Stable()
 	capped.SetMaxKeyVersion(int16(kmsg.ShareAcknowledge), 1)
-	var logs lockedBuffer
+	var logs testenv.LockedBuffer
 	slow := &slowClaimStore{Store: r.store, delay: 3 * lock}
 	o, _ := r.startOrchestrator(orchestrator.WithStore(slow), orchestrator.WithGroupType(topics.GroupShare),
 		orchestrator.WithShareSettings(topics.ShareSettings{RecordLock: lock}), orchestrator.WithKafkaOpts(kgo.MaxVersions(capped)),
@@ -129,23 +128,4 @@ func (s *slowClaimStore) InsertMarker(ctx context.Context, m eventstore.Marker, 
 		time.Sleep(s.delay)
 	}
 	return s.Store.InsertMarker(ctx, m, lease)
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes (a logger's
-// output).
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -2,7 +2,6 @@ package telemetry_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -165,37 +163,19 @@ func workerProcess(service string, brokers []string) int {
 	return 0
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // workerProc is the worker process of a test.
 type workerProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
-	stderr *syncBuffer
+	stderr *testenv.LockedBuffer
 }
 
 func startWorker(t *testing.T, service string, brokers []string) *workerProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envWorkerService+"="+service, envWorkerBrokers+"="+strings.Join(brokers, ","))
-	p := &workerProc{cmd: cmd, stderr: &syncBuffer{}}
+	p := &workerProc{cmd: cmd, stderr: &testenv.LockedBuffer{}}
 	cmd.Stderr = p.stderr
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {

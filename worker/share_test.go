@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
 	"github.com/stacksaga-go/stacksaga/internal/metrictest"
+	"github.com/stacksaga-go/stacksaga/internal/testenv"
 	"github.com/stacksaga-go/stacksaga/telemetry"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
@@ -264,7 +264,7 @@ func TestShareClientCapDisablesRenewal(t *testing.T) {
 	e := newKfake(t)
 	capped := kversion.Stable()
 	capped.SetMaxKeyVersion(int16(kmsg.ShareAcknowledge), 1)
-	var logs syncBuffer
+	var logs testenv.LockedBuffer
 	w := shareWorker(e, worker.WithKafkaOpts(kgo.MaxVersions(capped)),
 		worker.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	e.start(w) // the warning precedes Running
@@ -277,24 +277,6 @@ func TestShareClientCapDisablesRenewal(t *testing.T) {
 	if r := e.reply("t-capped", 0, topics.KindProcess); r.Outcome != topics.OutcomeOK {
 		t.Fatalf("reply %+v", r)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // A share group hands out records in no order, so its worker records a
@@ -428,7 +410,7 @@ func TestShareLateAcceptFailsAndIsCounted(t *testing.T) {
 	}
 	capped := kversion.Stable()
 	capped.SetMaxKeyVersion(int16(kmsg.ShareAcknowledge), 1)
-	var logs syncBuffer
+	var logs testenv.LockedBuffer
 	w := e.newWorker(worker.WithGroupType(topics.GroupShare), worker.WithGuard(g), worker.WithMeterProvider(mp),
 		worker.WithShareSettings(topics.ShareSettings{RecordLock: lock}), worker.WithKafkaOpts(kgo.MaxVersions(capped)),
 		worker.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))

@@ -1,40 +1,21 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/testenv"
 	"github.com/stacksaga-go/stacksaga/tracewindow"
 	"github.com/stacksaga-go/stacksaga/tracewindow/cassandraindex"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestTraceWindowUsage(t *testing.T) {
 	clearAdminEnv(t)
@@ -90,7 +71,7 @@ func TestTraceWindowServesFromTheStore(t *testing.T) {
 	const tok = "an-operator-token-0123456789"
 	t.Setenv(envTraceWindowToken, tok)
 	t.Setenv(envTraceWindowReadToken, "")
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.LockedBuffer
 	sctx, stop := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
 	go func() {

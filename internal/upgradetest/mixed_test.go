@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -332,7 +331,7 @@ func ensureTopics(t *testing.T, ctx context.Context, brokers []string, domainA, 
 type proc struct {
 	name        string
 	cmd         *exec.Cmd
-	out, errOut lockedBuffer
+	out, errOut testenv.LockedBuffer
 	done        chan struct{}
 	err         error // Wait's, once done is closed
 }
@@ -573,23 +572,4 @@ func checkEndedOnce(t *testing.T, ctx context.Context, store *cassandra.Store, s
 		}
 		t.Fatalf("%d sagas: %d problems:\n%s\n%s", len(sagas), len(bad), strings.Join(bad, "\n"), dump.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a process's writes and the
-// test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

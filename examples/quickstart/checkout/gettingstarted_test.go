@@ -1,15 +1,12 @@
 package checkout_test
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -106,7 +103,7 @@ func TestGettingStarted(t *testing.T) {
 	}
 	var ranDemo, ranSchema, ranShow bool
 	var worker *exec.Cmd
-	var workerOut lockedBuffer
+	var workerOut testenv.LockedBuffer
 	var compensated string
 	for _, line := range guideCommands(t) {
 		setup := false
@@ -177,24 +174,3 @@ func TestGettingStarted(t *testing.T) {
 		t.Errorf("payment-service output:\n%s", workerOut.String())
 	}
 }
-
-// lockedBuffer is a bytes.Buffer safe for a process's writes and the
-// test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-var _ io.Writer = (*lockedBuffer)(nil)
