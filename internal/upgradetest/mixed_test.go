@@ -220,19 +220,8 @@ func previousTree(t *testing.T, ctx context.Context) string {
 		testenv.Unavailable(t, fmt.Sprintf("a git checkout of the module to build %s from (%v: %s)", PreviousRelease, err, bytes.TrimSpace(out)))
 		return ""
 	}
-	ref := PreviousRelease + "^{commit}"
-	has := func() bool {
-		return exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--verify", "--quiet", ref).Run() == nil
-	}
-	if !has() {
-		out, err := exec.CommandContext(ctx, "git", "-C", root, "fetch", "--tags", "--quiet").CombinedOutput()
-		if !has() {
-			t.Fatalf("the previous release's tag %s is not in this clone, and `git fetch --tags` did not bring it (%v: %s). "+
-				"The mixed-version test builds that release from git: clone with its tags (git clone, or git fetch --tags "+
-				"after a shallow clone: git fetch --unshallow --tags)", PreviousRelease, err, bytes.TrimSpace(out))
-		}
-	}
-	cmd := exec.CommandContext(ctx, "git", "-C", root, "archive", "--format=tar", PreviousRelease)
+	rev := previousRevision(t, ctx)
+	cmd := exec.CommandContext(ctx, "git", "-C", root, "archive", "--format=tar", rev)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	data, err := cmd.Output()
@@ -244,6 +233,40 @@ func previousTree(t *testing.T, ctx context.Context) string {
 		t.Fatalf("extract %s: %v", PreviousRelease, err)
 	}
 	return dir
+}
+
+// previousRevision is what git archive builds PreviousRelease from: its
+// tag, or its commit (PreviousReleaseCommit) in a clone without tags. A
+// shallow clone missing the commit is deepened (git fetch --unshallow, then
+// a fetch of the commit itself) before the test gives up.
+func previousRevision(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	has := func(rev string) bool {
+		return exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--verify", "--quiet", rev+"^{commit}").Run() == nil
+	}
+	if has(PreviousRelease) {
+		return PreviousRelease
+	}
+	if has(PreviousReleaseCommit) {
+		t.Logf("tag %s is not in this clone: building its commit %s", PreviousRelease, PreviousReleaseCommit)
+		return PreviousReleaseCommit
+	}
+	var tried []string
+	for _, args := range [][]string{
+		{"fetch", "--quiet", "--tags", "--unshallow"},
+		{"fetch", "--quiet", "--tags"},
+		{"fetch", "--quiet", "origin", PreviousReleaseCommit},
+	} {
+		out, err := exec.CommandContext(ctx, "git", append([]string{"-C", root}, args...)...).CombinedOutput()
+		tried = append(tried, fmt.Sprintf("git %s: %v %s", strings.Join(args, " "), err, bytes.TrimSpace(out)))
+		if has(PreviousReleaseCommit) {
+			return PreviousReleaseCommit
+		}
+	}
+	t.Fatalf("the previous release %s (commit %s) is in neither this clone's tags nor its history, and fetching did not bring it (%s). "+
+		"The mixed-version test builds that release from git: test in a full clone of the repository",
+		PreviousRelease, PreviousReleaseCommit, strings.Join(tried, "; "))
+	return ""
 }
 
 // untar writes the directories and regular files of the tar stream r
