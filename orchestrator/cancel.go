@@ -449,23 +449,46 @@ func (o *Orchestrator[T]) claimFor(ctx context.Context, tx *eventstore.Transacti
 	return nil
 }
 
-// Owner of a re-drive's claim of a park (redriveClaimKey).
+// Owner of a re-drive's claim of a park (redriveClaimKey), followed by
+// ":" and the re-driving instance (redriveOwner).
 const claimRedrive = "redrive"
+
+// redriveOwner is the owner of this instance's re-drive claims: one
+// instance re-drives a park, others (the in-process retry of the instance
+// that parked it, a retry node's window scan) find it held
+// (ErrRedriveHeld); the same instance may claim it again (a re-drive it
+// retries after a failure).
+func (o *Orchestrator[T]) redriveOwner() string { return claimRedrive + ":" + o.instance }
+
+// isRedriveClaim reports whether owner claimed a park for a re-drive
+// (of any instance, or of a release before re-drive claims named theirs).
+func isRedriveClaim(owner string) bool {
+	return owner == claimRedrive || strings.HasPrefix(owner, claimRedrive+":")
+}
+
+// ErrRedriveHeld is returned by Redrive when another instance's re-drive
+// claimed the saga's park first: it has moved the saga on, or is doing so,
+// or its claim's lease (30s) runs out, after which the saga may be
+// re-driven again.
+var ErrRedriveHeld = errors.New("orchestrator: another instance is re-driving the saga")
 
 // redriveClaimLease is how long a re-drive's claim of a park lasts: a
 // re-drive that failed before moving the saga on leaves it claimed that
-// long, after which a cancel can claim it.
+// long, after which a cancel, or another instance's re-drive, can claim it.
 const redriveClaimLease = 30 * time.Second
 
 // redriveClaimKey is the marker that decides who continues the park of tx
-// (RETRY_PENDING at its version): a re-drive, a cancel or a terminate.
+// (RETRY_PENDING at its version): one re-drive, a cancel or a terminate.
 func redriveClaimKey(scope eventstore.Scope, tx *eventstore.Transaction) eventstore.MarkerKey {
 	return eventstore.MarkerKey{Scope: scope, TxID: tx.TxID, Span: tx.Span, Kind: "park:" + tx.Kind, Site: "version:" + strconv.FormatInt(tx.Version, 10)}
 }
 
 // claimPark claims the park of tx (RETRY_PENDING) for owner, for lease.
-// Re-drives share their claim (a re-drive repeated by another node does
-// what the first did); a cancel or terminate holds it alone.
+// Whoever claims holds it alone: of two re-drives that read the same park
+// (the in-process retry of one instance, the window retry of another),
+// one moves the saga on and the other gets ErrRedriveHeld, so the step's
+// next attempt is written and sent once. An owner may claim again what it
+// holds.
 func (o *Orchestrator[T]) claimPark(ctx context.Context, tx *eventstore.Transaction, owner string, lease time.Duration) error {
 	m := eventstore.Marker{MarkerKey: redriveClaimKey(o.scope, tx), State: eventstore.MarkerCommitted, Owner: owner}
 	won, existing, err := o.store.InsertMarker(ctx, m, lease)
@@ -475,7 +498,9 @@ func (o *Orchestrator[T]) claimPark(ctx context.Context, tx *eventstore.Transact
 	switch {
 	case won, existing.Owner == owner:
 		return nil
-	case owner == claimRedrive:
+	case isRedriveClaim(owner) && isRedriveClaim(existing.Owner):
+		return fmt.Errorf("%w: %s (claimed by %s)", ErrRedriveHeld, tx.TxID, existing.Owner)
+	case isRedriveClaim(owner):
 		return fmt.Errorf("%w: %s: an operator's %s claimed it", ErrNotRetryPending, tx.TxID, existing.Owner)
 	default:
 		return fmt.Errorf("%w (%s: a re-drive claimed its park)", errControlWait, tx.TxID)

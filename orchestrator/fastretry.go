@@ -135,7 +135,7 @@ func (o *Orchestrator[T]) fastRetry(txID string, version int64) {
 	switch {
 	case err == nil:
 		o.stats.fastRetried.Add(1)
-	case errors.Is(err, ErrNotRetryPending), errors.Is(err, ErrSagaTimedOut):
+	case errors.Is(err, ErrNotRetryPending), errors.Is(err, ErrSagaTimedOut), errors.Is(err, ErrRedriveHeld):
 	default:
 		o.logger().Warn("orchestrator: in-process retry failed; the saga's window registration re-drives it", "tx", txID, "err", err)
 	}

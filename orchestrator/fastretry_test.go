@@ -2,6 +2,9 @@ package orchestrator_test
 
 import (
 	"context"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,6 +151,127 @@ func TestFastRetryLostWithItsProcessWindowsRetry(t *testing.T) {
 		}
 		if st := a.Stats(); st.FastRetried != 0 {
 			t.Errorf("the dead orchestrator re-drove %d sagas after it stopped", st.FastRetried)
+		}
+	})
+}
+
+// parkGate holds the first load of a RETRY_PENDING saga made by a
+// re-drive as it claims the park (prepareRedriveAt, the load whose state
+// it moves on from) until release is closed, after closing held.
+type parkGate struct {
+	eventstore.Store
+	once    sync.Once
+	held    chan struct{}
+	release chan struct{}
+}
+
+func newParkGate(s eventstore.Store) *parkGate {
+	return &parkGate{Store: s, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *parkGate) LoadTransaction(ctx context.Context, scope eventstore.Scope, txID string) (eventstore.Transaction, error) {
+	tx, err := g.Store.LoadTransaction(ctx, scope, txID)
+	if err == nil && tx.State == eventstore.StateRetryPending && calledFrom("prepareRedriveAt") {
+		first := false
+		g.once.Do(func() { first = true })
+		if first {
+			close(g.held)
+			<-g.release
+		}
+	}
+	return tx, err
+}
+
+// calledFrom reports whether a function whose name ends with name is on
+// the caller's stack.
+func calledFrom(name string) bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, "."+name) {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// The in-process retry of one instance and the window retry of another
+// (a retry node) both read the same parked saga before either moves it:
+// only one of them re-drives it. Before, both claimed the park (as the
+// same claimant), both wrote the next attempt and both sent its command:
+// the step ran twice (the workers have no guard), and a re-drive whose
+// publish then failed parked the saga again at the version the reply of
+// the other's command was written at, mixing the two rows (sagademo with
+// --retry-nodes saw sagas end twice, with a step twice in Completed).
+func TestFastRetryRacingAWindowRetryRedrivesOnce(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		r := newRetryRig(t, kind)
+		clock := newFakeClock()
+		cfg := recoveryCfg(t)
+		cfg.Retry.Default.InitialInterval = 200 * time.Millisecond
+		gateA, gateB := newParkGate(r.store), newParkGate(r.store)
+		moved := make(chan struct{}, 1)
+		a, _ := r.startOrchestrator(orchestrator.WithStore(gateA), orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg),
+			orchestrator.WithListener(func(e orchestrator.Event) {
+				if e.From == eventstore.StateRetryPending && e.To == eventstore.StateInProgress {
+					select {
+					case moved <- struct{}{}:
+					default:
+					}
+				}
+			}))
+		ids := startConcurrently(t, a, 1)
+		// (read past the gates: the first load of the parked saga must be
+		// a re-drive's)
+		waitFor(t, time.Minute, "the saga parked", func() bool {
+			tx, err := r.store.LoadTransaction(context.Background(), a.Scope(), ids[0])
+			return err == nil && tx.State == eventstore.StateRetryPending
+		})
+		select { // a's in-process retry has read the parked saga
+		case <-gateA.held:
+		case <-time.After(time.Minute):
+			t.Fatal("the in-process retry never read the parked saga")
+		}
+		// The retry node starts once a (alone in the group) parked the
+		// saga and armed its in-process retry.
+		b, _ := r.startOrchestrator(orchestrator.WithStore(gateB), orchestrator.WithClock(clock.now), orchestrator.WithRecovery(cfg), orchestrator.WithRetryNode())
+		clock.advance(10 * time.Minute) // the window registration is due
+		scanned := make(chan error, 1)
+		go func() {
+			_, err := b.RecoveryEngine().Scan(context.Background())
+			scanned <- err
+		}()
+		select { // and so has b's window retry
+		case <-gateB.held:
+		case err := <-scanned:
+			t.Fatalf("the retry node's scan ended (%v) without reading the parked saga", err)
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the retry node's scan never read the parked saga")
+		}
+		close(gateA.release)
+		select {
+		case <-moved:
+		case <-time.After(time.Minute):
+			t.Fatal("the in-process retry did not re-drive the saga")
+		}
+		close(gateB.release)
+		if err := <-scanned; err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		waitStates(t, a, time.Minute, ids, eventstore.StateCompleted)
+		assertRetriedOnce(t, r, a, ids)
+		if st := b.Stats(); st.Retried != 0 {
+			t.Errorf("the retry node re-drove %d sagas another instance had re-driven", st.Retried)
+		}
+		tx, err := r.store.LoadTransaction(context.Background(), a.Scope(), ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tx.Completed) != 3 {
+			t.Errorf("completed spans %+v, want 3", tx.Completed)
 		}
 	})
 }

@@ -171,8 +171,10 @@ func WithInstanceID(id string) Option {
 // its partitions go to another instance, or to its own restart when it
 // has no instance id. Shorter moves them sooner but makes a process that
 // stalls that long (CPU starvation, a paused VM, a network blip) lose its
-// partitions and rejoin: correct (replies are redelivered and applied
-// once), but a rebalance. The heartbeat interval becomes a third of it
+// partitions and rejoin: correct (replies are redelivered; the saga's
+// state is written once, though a reply it was applying as it lost its
+// partitions may be applied by its successor too, which WithListener's
+// listeners then see twice), but a rebalance. The heartbeat interval becomes a third of it
 // when that is under 3s. Between topics.MinSessionTimeout and
 // topics.MaxSessionTimeout (New fails otherwise, and with a share group)
 // and within the brokers' group.min/max.session.timeout.ms (6s to 30min by
@@ -230,6 +232,19 @@ func WithGroup(id string) Option { return optFunc(func(c *config) { c.groupID = 
 
 // WithListener registers a function called synchronously on every state
 // change. It must be quick and must not call back into the orchestrator.
+//
+// Delivery is at least once across instances: the instance that applies a
+// reply calls its listeners, and when the reply's callback partition moves
+// to another instance while it is being applied (a rebalance whose drain
+// outlasts kafkaloop.DefaultMaxBatchTime, or an instance that stalled past
+// its session timeout and was replaced), the new owner applies the same
+// reply from the state it reads and calls its own listeners too. The store
+// keeps one state (the writes share the saga's version and fence), and the
+// next command, sent twice, is deduplicated by the worker's guard; but a
+// listener may see a change, a saga's end among them, twice. A listener
+// that must act once per saga end (a mail, a webhook) deduplicates by
+// Event.TxID: a saga ends once, in one state. With one instance every
+// change is delivered once.
 func WithListener(f func(Event)) Option {
 	return optFunc(func(c *config) { c.listeners = append(c.listeners, f) })
 }

@@ -970,6 +970,12 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	from := cur.State
 	cur.State, cur.Error = eventstore.StateRetryPending, err.Error()
 	cur.Version++
+	// Away from the reply path: raise the fence. A publish that failed may
+	// still have reached the broker, and the reply to it be applied by the
+	// instance owning the saga's callback partition (not always this one)
+	// at this same version: the park must win whole over that write, not
+	// be merged with it cell by cell (eventstore.Store.Transition).
+	cur.Fence++
 	cur.UpdatedAt = o.cfg.now()
 	o.cache.drop(cur.TxID)
 	// The retry first, as park does: a saga parked without one would wait
@@ -1015,6 +1021,8 @@ func (o *Orchestrator[T]) History(ctx context.Context, txID string) ([]eventstor
 // Redrive sends the step of a saga parked in RETRY_PENDING again, with the
 // next attempt number, against the entity snapshot taken before the step.
 // The recovery engine calls it for stalled sagas; tests and admins may too.
+// One instance re-drives a park: another that reads it at the same time
+// fails with ErrRedriveHeld.
 func (o *Orchestrator[T]) Redrive(ctx context.Context, txID string) error {
 	tx, err := o.prepareRedrive(ctx, txID)
 	if err != nil {
@@ -1090,7 +1098,7 @@ func (o *Orchestrator[T]) prepareRedriveAt(ctx context.Context, txID string, ver
 		return tx, fmt.Errorf("%w: %s was parked again since (version %d, not %d)", ErrNotRetryPending, txID, tx.Version, version)
 	}
 	// A cancel or terminate may have claimed the park (cancel.go).
-	if err := o.claimPark(ctx, &tx, claimRedrive, redriveClaimLease); err != nil {
+	if err := o.claimPark(ctx, &tx, o.redriveOwner(), redriveClaimLease); err != nil {
 		return tx, err
 	}
 	if o.pastDeadline(&tx, o.cfg.now()) {

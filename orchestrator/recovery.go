@@ -235,8 +235,13 @@ func (o *Orchestrator[T]) watchAgain(tx *eventstore.Transaction, reason string) 
 // counts as handled.
 func (o *Orchestrator[T]) redriveParked(ctx context.Context, txID string) (err error) {
 	err = o.redriveParkedAt(ctx, txID, 0)
-	if errors.Is(err, ErrNotRetryPending) || errors.Is(err, ErrSagaTimedOut) {
+	switch {
+	case errors.Is(err, ErrNotRetryPending), errors.Is(err, ErrSagaTimedOut):
 		return nil
+	case errors.Is(err, ErrRedriveHeld):
+		// Another instance re-drives it; should it die before moving the
+		// saga on, its claim runs out and this entry, kept, re-drives it.
+		return recovery.Later(o.win.DelayUntil(o.cfg.now(), redriveClaimLease), "another instance is re-driving it")
 	}
 	return err
 }

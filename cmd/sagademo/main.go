@@ -299,7 +299,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stdout, res.summary())
-	if res.stuck > 0 || res.endedTwice > 0 {
+	if res.stuck > 0 || res.endedDifferently > 0 || (res.endedTwice > 0 && res.instances == 1) {
 		return 1
 	}
 	return 0
@@ -317,9 +317,19 @@ type result struct {
 	// duplicateExecutions counts business-handler runs beyond the first
 	// per transaction, span and kind, as the handlers saw them.
 	duplicateExecutions int
-	// endedTwice counts terminal events for a saga that had ended already
-	// (a reply applied twice: a broken promise, the run exits 1).
+	// endedTwice counts terminal events, naming the state the saga had
+	// ended in already, beyond one per saga. With one orchestrator
+	// instance that is a reply applied twice (the run exits 1); with more
+	// (--retry-nodes), the listener's documented at-least-once delivery
+	// (orchestrator.WithListener: a reply whose partition moves to another
+	// instance while it is being applied is applied, and its event
+	// emitted, by both), counted only.
 	endedTwice int64
+	// endedDifferently counts terminal events naming another end than the
+	// saga's first one: never acceptable (the run exits 1).
+	endedDifferently int64
+	// instances is the number of orchestrator instances (1 + --retry-nodes).
+	instances int
 	// Recovery figures, set when recovery is exercised.
 	hasRecovery                  bool
 	retried, restored, abandoned int64
@@ -360,6 +370,9 @@ func (r result) summary() string {
 		fmt.Fprintf(&b, " stmts_per_saga=%.1f", r.stmtsPerSaga)
 	}
 	fmt.Fprintf(&b, " duplicate_executions=%d ended_twice=%d", r.duplicateExecutions, r.endedTwice)
+	if r.endedDifferently > 0 {
+		fmt.Fprintf(&b, " ended_differently=%d", r.endedDifferently)
+	}
 	if r.hasRecovery {
 		fmt.Fprintf(&b, " abandoned=%d retried=%d restored=%d directory_left=%d", r.abandoned, r.retried, r.restored, r.directoryLeft)
 		if r.retries > 0 {
@@ -561,8 +574,8 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 	var completed, compensated, compFailed atomic.Int64
 	lat := newLatencies()
 	retryGaps, crashGaps := newGaps(), newGaps()
-	var ended sync.Map // txID → struct{}: the sagas whose terminal event came
-	var endedTwice atomic.Int64
+	var ended sync.Map // txID → eventstore.State: the sagas whose terminal event came, and their end
+	var endedTwice, endedDifferently atomic.Int64
 	onEvent := func(e orchestrator.Event) {
 		if e.To == eventstore.StateRetryPending && e.Outcome == string(topics.OutcomeRetryable) {
 			retryGaps.mark(e.TxID, e.At, 0)
@@ -578,13 +591,21 @@ func demo(ctx context.Context, opts options, tel *demoTelemetry, stderr io.Write
 		default:
 			return
 		}
-		// A saga ends once: a second terminal event for it (a reply
-		// applied twice) is counted, not taken for another saga's end
-		// (its slot was freed already: taking one more would block this
-		// listener, and the orchestrator with it, for ever).
-		if _, again := ended.LoadOrStore(e.TxID, struct{}{}); again {
+		// A saga ends once: a second terminal event for it is counted,
+		// not taken for another saga's end (its slot was freed already:
+		// taking one more would block this listener, and the orchestrator
+		// with it, for ever). With several instances the same end may be
+		// reported twice (a reply applied by an instance that lost its
+		// partition meanwhile, and by its successor: WithListener); a
+		// different end never.
+		if first, again := ended.LoadOrStore(e.TxID, e.To); again {
+			if first.(eventstore.State) != e.To {
+				endedDifferently.Add(1)
+				logger.Error("sagademo: a saga ended twice, differently", "tx", e.TxID, "first", first, "from", e.From, "to", e.To, "span", e.Span)
+				return
+			}
 			endedTwice.Add(1)
-			logger.Error("sagademo: a saga ended twice", "tx", e.TxID, "from", e.From, "to", e.To, "span", e.Span)
+			logger.Warn("sagademo: a saga's end was reported twice", "tx", e.TxID, "from", e.From, "to", e.To, "span", e.Span, "instances", 1+opts.retryNodes)
 			return
 		}
 		switch e.To {
@@ -832,7 +853,7 @@ loop:
 		compensationFailed: int(compFailed.Load()), elapsed: elapsed,
 	}
 	out.stuck = opts.sagas - (out.completed + out.compensated + out.compensationFailed)
-	out.endedTwice = endedTwice.Load()
+	out.endedTwice, out.endedDifferently, out.instances = endedTwice.Load(), endedDifferently.Load(), 1+opts.retryNodes
 	out.p50, out.p99 = lat.quantiles()
 	out.duplicateExecutions = execs.duplicates()
 	if ledger != nil {
