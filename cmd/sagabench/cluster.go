@@ -23,10 +23,10 @@ import (
 // floor: the floor creates a table, which Cassandra cannot do with a node
 // down, and its single-node comparison is what the other cells are for).
 //
-// The cluster-* cells need every Cassandra node up; the cluster-down-*
-// cells need exactly one down, which the operator arranges beforehand
+// cluster-relaxed-c64 and cluster-strict-c64 need every Cassandra node
+// up; the cluster-down-* cells need exactly one down, which the operator arranges beforehand
 // (sagabench never stops a node): the keyspace is made by a run of the
-// cluster-* cells without --fresh while every node is up, then one node is
+// every-node-up cells without --fresh while every node is up, then one node is
 // stopped, then the cluster-down-* cells run in that keyspace without
 // creating anything (Cassandra cannot change a schema while a node is
 // down: it waits for every node to agree). A node counts as down when its
@@ -71,11 +71,11 @@ func clusterSelection(cells []cellSpec) (has, up, down bool) {
 func checkClusterFlags(cells []cellSpec, fresh bool) error {
 	_, up, down := clusterSelection(cells)
 	if up && down {
-		return fmt.Errorf("--cells: the cluster-* cells need every Cassandra node up and the cluster-down-* cells exactly one down: select one kind per run (%w)", errClusterState)
+		return fmt.Errorf("--cells: cluster-relaxed-c64 and cluster-strict-c64 need every Cassandra node up, the cluster-down-* cells exactly one down: select one kind per run (%w)", errClusterState)
 	}
 	if down && fresh {
 		return errors.New("--fresh with the cluster-down-* cells: a keyspace cannot be created while a node is down (Cassandra waits for every node to agree on the schema); " +
-			"run the cluster-* cells without --fresh while every node is up first, which creates --cluster-keyspace, then stop one node and run the cluster-down-* cells in it")
+			"run cluster-relaxed-c64 or cluster-strict-c64 without --fresh while every node is up first, which creates --cluster-keyspace, then stop one node and run the cluster-down-* cells in it")
 	}
 	return nil
 }
@@ -86,7 +86,7 @@ func checkClusterNodes(cells []cellSpec, hosts, down []string) error {
 	_, up, nodeDown := clusterSelection(cells)
 	switch {
 	case up && len(down) > 0:
-		return fmt.Errorf("the cluster-* cells need every Cassandra node of --cluster-cassandra up, but %d of %d do not accept connections (%s): "+
+		return fmt.Errorf("cluster-relaxed-c64 and cluster-strict-c64 need every Cassandra node of --cluster-cassandra up, but %d of %d do not accept connections (%s): "+
 			"restart them (scripts/services up --cluster), or run the cluster-down-* cells with exactly one node down: %w",
 			len(down), len(hosts), strings.Join(down, ", "), errClusterState)
 	case nodeDown && len(down) != 1:

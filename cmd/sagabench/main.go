@@ -158,7 +158,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; unset: embedded cells only)")
 	fs.StringVar(&o.cassandra, "cassandra", os.Getenv("CASSANDRA_HOSTS"), "Cassandra contact points, comma-separated (default $CASSANDRA_HOSTS; unset: no Cassandra cells)")
 	fs.StringVar(&o.keyspace, "keyspace", "stacksaga_bench", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
-	fs.BoolVar(&o.fresh, "fresh", false, "run the Cassandra cells in a new keyspace, --keyspace plus \"_\" and the run's id, and drop it at the end, so that rows and compaction left by earlier runs do not weigh on this one's figures (a cluster with auto_snapshot keeps a snapshot of it); the cluster-* cells likewise in --cluster-keyspace plus the id; refused with the cluster-down-* cells, which cannot create a keyspace")
+	fs.BoolVar(&o.fresh, "fresh", false, "run the Cassandra cells in a new keyspace, --keyspace plus \"_\" and the run's id, and drop it at the end, so that rows and compaction left by earlier runs do not weigh on this one's figures (a cluster with auto_snapshot keeps a snapshot of it); cluster-relaxed-c64 and cluster-strict-c64 likewise in --cluster-keyspace plus the id; refused with the cluster-down-* cells, which cannot create a keyspace")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of a table")
 	fs.BoolVar(&o.noFloor, "no-floor", false, "measure the framework only")
 	fs.IntVar(&o.rounds, "rounds", 3, "framework/floor pairs per cell, alternating which runs first; the row shows the median round's (with --no-floor the framework runs once)")
@@ -177,7 +177,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.clusterKafka, "cluster-kafka", os.Getenv("KAFKA_CLUSTER_BROKERS"), "the three-node cluster's Kafka brokers for the cluster cells, comma-separated (default $KAFKA_CLUSTER_BROKERS, which scripts/services env --cluster prints; unset: no cluster cells)")
 	fs.StringVar(&o.clusterCassandra, "cluster-cassandra", os.Getenv("CASSANDRA_CLUSTER_HOSTS"), "the three-node cluster's Cassandra nodes for the cluster cells, every node, comma-separated (default $CASSANDRA_CLUSTER_HOSTS; unset: no cluster cells); a node whose CQL port refuses connections counts as down")
 	fs.StringVar(&o.clusterDC, "cluster-dc", envOr("CASSANDRA_CLUSTER_DC", "datacenter1"), "the cluster's data centre (default $CASSANDRA_CLUSTER_DC, else datacenter1): the cluster keyspace has replication factor 3 in it")
-	fs.StringVar(&o.clusterKeyspace, "cluster-keyspace", defaultClusterKeyspace, "the cluster cells' keyspace (NetworkTopologyStrategy, replication factor 3 in --cluster-dc; reads and writes at QUORUM, LWTs at SERIAL), created if missing by the cluster-* cells while every node is up; the cluster-down-* cells need it made")
+	fs.StringVar(&o.clusterKeyspace, "cluster-keyspace", defaultClusterKeyspace, "the cluster cells' keyspace (NetworkTopologyStrategy, replication factor 3 in --cluster-dc; reads and writes at QUORUM, LWTs at SERIAL), created if missing by cluster-relaxed-c64 and cluster-strict-c64 while every node is up; the cluster-down-* cells need it made")
 	kafkaSec := kafkaflags.Register(fs)
 	o.lookup = os.LookupEnv
 	if err := fs.Parse(args); err != nil {
