@@ -50,6 +50,39 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 	}
 	var cass *cassandra.Store
 	var floorCQL *floorSession
+	// The cluster cells' options, store and whether their keyspace was
+	// opened (cluster.go).
+	oc := clusterOptions(o, runID)
+	var cassCluster *cassandra.Store
+	defer func() {
+		if cassCluster != nil {
+			_ = cassCluster.Close()
+		}
+		if o.fresh && rep.ClusterKeyspace != "" {
+			if err := dropKeyspace(oc); err != nil {
+				rep.KeyspaceLeft = strings.TrimSpace(rep.KeyspaceLeft + " " + err.Error())
+				fmt.Fprintf(stderr, "sagabench: could not drop keyspace %s: %v\n", oc.keyspace, err)
+			} else {
+				progress("dropped keyspace %s", oc.keyspace)
+			}
+		}
+	}()
+	openCluster := func() error {
+		if cassCluster != nil {
+			return nil
+		}
+		rep.ClusterKeyspace = oc.keyspace
+		rep.ClusterKafka, rep.ClusterCassandra = oc.kafka, oc.cassandra
+		rep.ClusterDown = downNodes(splitList(oc.cassandra), nodeProbeTimeout)
+		if o.fresh {
+			progress("fresh cluster keyspace %s, dropped at the end", oc.keyspace)
+		}
+		var err error
+		if cassCluster, err = openStore(ctx, oc); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		return nil
+	}
 	defer func() {
 		if cass != nil {
 			_ = cass.Close()
@@ -101,6 +134,11 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 			res.Store = "cassandra"
 		}
 		switch {
+		case spec.Cluster && (o.clusterKafka == "" || o.clusterCassandra == ""):
+			res.Skipped = "no --cluster-kafka and --cluster-cassandra (or KAFKA_CLUSTER_BROKERS and CASSANDRA_CLUSTER_HOSTS)"
+			progress("%s: skipped: %s", spec.Name, res.Skipped)
+			continue
+		case spec.Cluster:
 		case spec.RealKafka && o.kafka == "":
 			res.Skipped = "no --kafka (or KAFKA_BROKERS)"
 			progress("%s: skipped: %s", spec.Name, res.Skipped)
@@ -113,13 +151,22 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if spec.Cassandra {
+		co, cellCass, cellFloor := o, cass, floorCQL
+		switch {
+		case spec.Cluster:
+			if err := openCluster(); err != nil {
+				return nil, err
+			}
+			co, cellCass, cellFloor = oc, cassCluster, nil
+			res.Store = "cassandra-cluster"
+		case spec.Cassandra:
 			if err := openCassandra(); err != nil {
 				return nil, err
 			}
+			cellCass, cellFloor = cass, floorCQL
 		}
 		progress("%s: %s, %d sagas (+%d warm-up)", spec.Name, spec.describe(), o.sagas, o.warmup)
-		if err := runCell(ctx, o, spec, runID, cass, floorCQL, res, newLogger(stderr, o.verbose), progress); err != nil {
+		if err := runCell(ctx, co, spec, runID, cellCass, cellFloor, res, newLogger(stderr, o.verbose), progress); err != nil {
 			res.Error = err.Error()
 			progress("%s: failed: %v", spec.Name, err)
 		}

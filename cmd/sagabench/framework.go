@@ -83,6 +83,7 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 		}
 	}
 	lat := newLatencies()
+	var ends terminalStates
 	oopts := []orchestrator.Option{
 		orchestrator.WithBrokers(f.brokers...), orchestrator.WithStore(f.store), orchestrator.WithLogger(f.logger),
 		orchestrator.WithConcurrency(f.spec.Concurrency), orchestrator.WithKafkaOpts(append([]kgo.Opt{produce.opt()}, f.kafkaOpts...)...),
@@ -90,6 +91,7 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 			switch e.To {
 			case eventstore.StateCompleted, eventstore.StateCompensated, eventstore.StateCompensationFailed:
 				lat.end(e.TxID, time.Now())
+				ends.add(e.TxID, e.To)
 			}
 		}),
 	}
@@ -125,10 +127,12 @@ func (f *framework) run(ctx context.Context, warmup, n int, timeout time.Duratio
 		before = f.cass.Stats()
 	}
 	produce.reset()
+	ends.reset()
 	m, err := drive(ctx, n, f.spec.Concurrency, warmup, start, lat, timeout, &runErr)
 	if err != nil {
 		return measure{}, nil, err
 	}
+	m.NotCompleted = ends.notCompleted()
 	m.ProduceMs = produce.meanMs()
 	var rt *roundTrips
 	if f.cass != nil {
@@ -203,6 +207,45 @@ func drive(ctx context.Context, n, conc, first int, start func(i int) error, lat
 		return measure{}, e.(error)
 	}
 	return meter.stop(lat.values()), nil
+}
+
+// terminalStates records the terminal state of each saga that ended since
+// reset (a saga's first terminal event only).
+type terminalStates struct {
+	mu     sync.Mutex
+	states map[string]eventstore.State
+}
+
+func (t *terminalStates) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.states = make(map[string]eventstore.State)
+}
+
+func (t *terminalStates) add(txID string, s eventstore.State) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.states == nil {
+		return // the warm-up's: not counted
+	}
+	if _, dup := t.states[txID]; !dup {
+		t.states[txID] = s
+	}
+}
+
+// notCompleted counts the sagas that ended in another state than
+// COMPLETED: the place-order saga fails no step, so each one is a step
+// that timed out or failed on the infrastructure and was compensated.
+func (t *terminalStates) notCompleted() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, s := range t.states {
+		if s != eventstore.StateCompleted {
+			n++
+		}
+	}
+	return n
 }
 
 // latencies pairs the start and end of each saga of a phase.

@@ -37,6 +37,23 @@
 // After the table it checks the targets of the performance issue and, for
 // each one missed, prints what the floor allows and why.
 //
+// The cluster cells (cluster.go) run the saga on the three-node cluster of
+// `scripts/services up --cluster` (--cluster-kafka, --cluster-cassandra,
+// defaulting to $KAFKA_CLUSTER_BROKERS and $CASSANDRA_CLUSTER_HOSTS), in a
+// keyspace with replication factor 3, QUORUM and SERIAL, RELAXED and
+// STRICT at concurrency 64, framework only: cluster-relaxed-c64 and
+// cluster-strict-c64 with every node up (they create --cluster-keyspace if
+// missing), cluster-down-relaxed-c64 and cluster-down-strict-c64 with
+// exactly one Cassandra node down, which run only when named and never
+// create anything. sagabench stops no node: it refuses (exit 2) when the
+// nodes do not match the cells. On this project's machine:
+//
+//	eval "$(scripts/services env --cluster)"
+//	go run ./cmd/sagabench --cells 'cluster-relaxed-c64,cluster-strict-c64'
+//	kill "$(cat "$STACKSAGA_CLUSTER_DIR/cassandra-3/pid")"   # stop node 3
+//	go run ./cmd/sagabench --cells 'cluster-down-*'
+//	scripts/services up --cluster                           # restart it
+//
 // Security: the --kafka-tls* and --kafka-sasl-* flags (internal/kafkaflags)
 // give every Kafka client of the real-Kafka cells TLS and SASL: the
 // framework's, the floor's, and the admin clients that create and delete
@@ -117,6 +134,13 @@ type options struct {
 	// recoveryChild, recoverySuffix and recoveryInstance make this
 	// process a child of the crash cell (recoveryChild).
 	recoveryChild, recoverySuffix, recoveryInstance string
+	// clusterKafka and clusterCassandra are the three-node cluster's
+	// endpoints for the cluster cells (cluster.go), clusterDC its data
+	// centre and clusterKeyspace the cells' keyspace; clusterCfg and
+	// clusterDriver are set like cassandraCfg when a cluster cell runs.
+	clusterKafka, clusterCassandra, clusterDC, clusterKeyspace string
+	clusterCfg                                                 cassandra.Config
+	clusterDriver                                              *gocql.ClusterConfig
 }
 
 func main() {
@@ -130,11 +154,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.sagas, "sagas", 2000, "sagas measured per cell (the floor runs as many)")
 	fs.IntVar(&o.warmup, "warmup", -1, "sagas run before measuring, per cell (default: a tenth of --sagas, at most 200)")
 	fs.IntVar(&o.warmServices, "warm-services", 0, fmt.Sprintf("before the cells, run at most this many sagas of the first real-services cell, unmeasured, in chunks of %d, until the local broker's and Cassandra's JIT compilers take under %d%% of their CPU in a chunk (a freshly started JVM compiles for tens of thousands of sagas); 0: no warming", warmChunk, warmJITPct))
-	fs.StringVar(&o.cells, "cells", "", "comma-separated cell names or patterns (path.Match, e.g. 'cassandra-*'); default every cell the endpoints allow; 'list' lists them")
+	fs.StringVar(&o.cells, "cells", "", "comma-separated cell names or patterns (path.Match, e.g. 'cassandra-*'); default every cell the endpoints allow but the cluster-down-* ones, which run only when named (one Cassandra node of the cluster stopped first); 'list' lists them")
 	fs.StringVar(&o.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS; unset: embedded cells only)")
 	fs.StringVar(&o.cassandra, "cassandra", os.Getenv("CASSANDRA_HOSTS"), "Cassandra contact points, comma-separated (default $CASSANDRA_HOSTS; unset: no Cassandra cells)")
 	fs.StringVar(&o.keyspace, "keyspace", "stacksaga_bench", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
-	fs.BoolVar(&o.fresh, "fresh", false, "run the Cassandra cells in a new keyspace, --keyspace plus \"_\" and the run's id, and drop it at the end, so that rows and compaction left by earlier runs do not weigh on this one's figures (a cluster with auto_snapshot keeps a snapshot of it)")
+	fs.BoolVar(&o.fresh, "fresh", false, "run the Cassandra cells in a new keyspace, --keyspace plus \"_\" and the run's id, and drop it at the end, so that rows and compaction left by earlier runs do not weigh on this one's figures (a cluster with auto_snapshot keeps a snapshot of it); cluster-relaxed-c64 and cluster-strict-c64 likewise in --cluster-keyspace plus the id; refused with the cluster-down-* cells, which cannot create a keyspace")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of a table")
 	fs.BoolVar(&o.noFloor, "no-floor", false, "measure the framework only")
 	fs.IntVar(&o.rounds, "rounds", 3, "framework/floor pairs per cell, alternating which runs first; the row shows the median round's (with --no-floor the framework runs once)")
@@ -150,6 +174,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.recoveryChild, "recovery-child", "", "internal: run as a child process of the crash cell, in this role (orchestrator or workers)")
 	fs.StringVar(&o.recoverySuffix, "recovery-suffix", "", "internal: the crash cell's names suffix")
 	fs.StringVar(&o.recoveryInstance, "recovery-instance", "", "internal: the crash cell child's instance id")
+	fs.StringVar(&o.clusterKafka, "cluster-kafka", os.Getenv("KAFKA_CLUSTER_BROKERS"), "the three-node cluster's Kafka brokers for the cluster cells, comma-separated (default $KAFKA_CLUSTER_BROKERS, which scripts/services env --cluster prints; unset: no cluster cells)")
+	fs.StringVar(&o.clusterCassandra, "cluster-cassandra", os.Getenv("CASSANDRA_CLUSTER_HOSTS"), "the three-node cluster's Cassandra nodes for the cluster cells, every node, comma-separated (default $CASSANDRA_CLUSTER_HOSTS; unset: no cluster cells); a node whose CQL port refuses connections counts as down")
+	fs.StringVar(&o.clusterDC, "cluster-dc", envOr("CASSANDRA_CLUSTER_DC", "datacenter1"), "the cluster's data centre (default $CASSANDRA_CLUSTER_DC, else datacenter1): the cluster keyspace has replication factor 3 in it")
+	fs.StringVar(&o.clusterKeyspace, "cluster-keyspace", defaultClusterKeyspace, "the cluster cells' keyspace (NetworkTopologyStrategy, replication factor 3 in --cluster-dc; reads and writes at QUORUM, LWTs at SERIAL), created if missing by cluster-relaxed-c64 and cluster-strict-c64 while every node is up; the cluster-down-* cells need it made")
 	kafkaSec := kafkaflags.Register(fs)
 	o.lookup = os.LookupEnv
 	if err := fs.Parse(args); err != nil {
@@ -183,6 +211,13 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.fresh && !keyspaceName.MatchString(o.keyspace+"_"+strings.Repeat("0", runIDLen)) {
 		errs = append(errs, fmt.Errorf("--keyspace %q: with --fresh, at most %d lower-case letters, digits and underscores, starting with a letter (the run's keyspace adds \"_\" and a %d-character id)",
 			o.keyspace, maxKeyspace-1-runIDLen, runIDLen))
+	}
+	if (o.clusterKafka == "") != (o.clusterCassandra == "") {
+		errs = append(errs, errors.New("--cluster-kafka and --cluster-cassandra go together: the cluster cells use both (or neither, and do not run)"))
+	}
+	if !keyspaceName.MatchString(o.clusterKeyspace) || o.fresh && !keyspaceName.MatchString(o.clusterKeyspace+"_"+strings.Repeat("0", runIDLen)) {
+		errs = append(errs, fmt.Errorf("--cluster-keyspace %q: at most %d lower-case letters, digits and underscores, starting with a letter (%d with --fresh)",
+			o.clusterKeyspace, maxKeyspace, maxKeyspace-1-runIDLen))
 	}
 	if o.cassandra != "" && o.kafka == "" {
 		errs = append(errs, errors.New("--cassandra needs --kafka: the Cassandra cells run on real Kafka"))
@@ -228,7 +263,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.cells == "list" {
 		for _, c := range matrix() {
-			fmt.Fprintf(stdout, "%-22s %s\n", c.Name, c.describe())
+			fmt.Fprintf(stdout, "%-25s %s\n", c.Name, c.describe())
 		}
 		return 0
 	}
@@ -237,7 +272,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sagabench:", err)
 		return 2
 	}
-	if o.cassandra != "" && slices.ContainsFunc(cells, func(c cellSpec) bool { return c.Cassandra }) {
+	if err := checkClusterFlags(cells, o.fresh); err != nil {
+		fmt.Fprintln(stderr, "sagabench:", err)
+		return 2
+	}
+	if hasCluster, _, nodeDown := clusterSelection(cells); hasCluster && o.clusterCassandra != "" {
+		hosts := splitList(o.clusterCassandra)
+		if err := checkClusterNodes(cells, hosts, downNodes(hosts, nodeProbeTimeout)); err != nil {
+			fmt.Fprintln(stderr, "sagabench:", err)
+			return 2
+		}
+		if o.clusterCfg, o.clusterDriver, err = clusterStoreConfig(hosts, o.clusterKeyspace, o.clusterDC, !nodeDown, o.lookup); err != nil {
+			fmt.Fprintln(stderr, "sagabench:", err)
+			return 2
+		}
+	}
+	if o.cassandra != "" && slices.ContainsFunc(cells, func(c cellSpec) bool { return c.Cassandra && !c.Cluster }) {
 		// Checked before any cell runs (the TLS files read), as a usage
 		// error like the flags'.
 		if o.cassandraCfg, o.cassandraCluster, err = cassandraenv.Config("--cassandra", splitList(o.cassandra), o.keyspace, o.lookup); err != nil {
@@ -301,6 +351,9 @@ type cellSpec struct {
 	Cassandra   bool
 	Mode        string // write protection: relaxed or strict
 	Concurrency int
+	// Cluster: the cell runs on the three-node cluster (cluster.go);
+	// NodeDown: with exactly one Cassandra node down.
+	Cluster, NodeDown bool
 }
 
 func (c cellSpec) describe() string {
@@ -311,7 +364,19 @@ func (c cellSpec) describe() string {
 	if c.Cassandra {
 		s = "Cassandra"
 	}
-	return fmt.Sprintf("%s + %s, %s write protection, concurrency %d", k, s, strings.ToUpper(c.Mode), c.Concurrency)
+	if c.Cluster {
+		k, s = "3-broker Kafka", fmt.Sprintf("3-node Cassandra (RF %d, QUORUM/SERIAL)", clusterReplicationFactor)
+		if c.NodeDown {
+			s += " with one node down"
+		} else {
+			s += " with every node up"
+		}
+	}
+	d := fmt.Sprintf("%s + %s, %s write protection, concurrency %d", k, s, strings.ToUpper(c.Mode), c.Concurrency)
+	if c.NodeDown {
+		d += " (only when named: stop one node first)"
+	}
+	return d
 }
 
 // matrix returns every cell, in the order they run.
@@ -338,14 +403,33 @@ func matrix() []cellSpec {
 			})
 		}
 	}
+	for _, down := range []bool{false, true} {
+		for _, mode := range []string{"relaxed", "strict"} {
+			infra := "cluster-" + mode
+			if down {
+				infra = "cluster-down-" + mode
+			}
+			cells = append(cells, cellSpec{
+				Name: infra + "-c64", Infra: infra, RealKafka: true, Cassandra: true, Mode: mode, Concurrency: 64,
+				Cluster: true, NodeDown: down,
+			})
+		}
+	}
 	return cells
 }
 
-// selectCells returns the cells matching the comma-separated patterns (all
-// when empty), in matrix order.
+// selectCells returns the cells matching the comma-separated patterns, in
+// matrix order; when empty, every cell but the node-down ones, which run
+// only when named (the operator stops a node for them first).
 func selectCells(all []cellSpec, patterns string) ([]cellSpec, error) {
 	if strings.TrimSpace(patterns) == "" {
-		return all, nil
+		var out []cellSpec
+		for _, c := range all {
+			if !c.NodeDown {
+				out = append(out, c)
+			}
+		}
+		return out, nil
 	}
 	var pats []string
 	for _, p := range strings.Split(patterns, ",") {
@@ -373,6 +457,14 @@ func selectCells(all []cellSpec, patterns string) ([]cellSpec, error) {
 		}
 	}
 	return out, nil
+}
+
+// envOr is the variable k, or def when it is unset or empty.
+func envOr(k, def string) string {
+	if v := strings.TrimSpace(os.Getenv(k)); v != "" {
+		return v
+	}
+	return def
 }
 
 // newLogger logs framework errors (warnings with -v) to w.

@@ -30,6 +30,13 @@ type report struct {
 	// KeyspaceLeft, with --fresh, says why the run's keyspace could not be
 	// dropped (empty when it was).
 	KeyspaceLeft string `json:"keyspace_left,omitempty"`
+	// ClusterKafka, ClusterCassandra and ClusterKeyspace are the cluster
+	// cells' endpoints and keyspace (empty when none ran); ClusterDown
+	// lists the Cassandra nodes that refused connections when they started.
+	ClusterKafka     string   `json:"cluster_kafka,omitempty"`
+	ClusterCassandra string   `json:"cluster_cassandra,omitempty"`
+	ClusterKeyspace  string   `json:"cluster_keyspace,omitempty"`
+	ClusterDown      []string `json:"cluster_down,omitempty"`
 	// ServicesWarmup is what --warm-services ran before the cells (nil
 	// without it).
 	ServicesWarmup *servicesWarmup `json:"services_warmup,omitempty"`
@@ -216,6 +223,14 @@ func (r *report) writeTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "sagabench: %s\n", strings.Join(sec, "; "))
 	}
+	if r.ClusterKeyspace != "" {
+		down := "every Cassandra node up"
+		if len(r.ClusterDown) > 0 {
+			down = "Cassandra node(s) down: " + strings.Join(r.ClusterDown, ", ")
+		}
+		fmt.Fprintf(w, "sagabench: cluster cells on Kafka %s, Cassandra %s, keyspace %s (replication factor %d, QUORUM/SERIAL), %s; no floor; their kafka_cpu and cql_cpu count every local broker and Cassandra node, the cluster's and the single ones\n",
+			r.ClusterKafka, r.ClusterCassandra, r.ClusterKeyspace, clusterReplicationFactor, down)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, strings.Join(tableHeader, "\t")+"\t")
 	for _, row := range r.rows() {
@@ -225,6 +240,11 @@ func (r *report) writeTable(w io.Writer) {
 	for _, c := range r.Cells {
 		if c.Error != "" && c.Framework.Sagas > 0 {
 			fmt.Fprintf(w, "%s: %s\n", c.Cell, c.Error)
+		}
+	}
+	for _, c := range r.Cells {
+		if f := c.Framework; f.Sagas > 0 && (c.Store == "cassandra-cluster" || f.NotCompleted > 0) {
+			fmt.Fprintf(w, "%s: %d of %d measured sagas COMPLETED, %d compensated\n", c.Cell, f.Sagas-f.NotCompleted, f.Sagas, f.NotCompleted)
 		}
 	}
 	for _, line := range notes(r.Rounds, r.NoFloor) {

@@ -45,6 +45,10 @@ type measure struct {
 	// ProduceMs is the mean round trip of the phase's Kafka produce
 	// requests, in milliseconds (produceClock; 0 when none was timed).
 	ProduceMs float64 `json:"produce_ms,omitempty"`
+	// NotCompleted is how many of the phase's sagas of the framework ended
+	// in another state than COMPLETED (compensated: the place-order saga
+	// fails no step, so each is a step the infrastructure failed).
+	NotCompleted int `json:"not_completed,omitempty"`
 }
 
 // meter measures a phase: wall time, this process's CPU time and the

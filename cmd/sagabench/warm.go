@@ -43,7 +43,7 @@ type servicesWarmup struct {
 func warmCell(o options, cells []cellSpec) (cellSpec, bool) {
 	var first *cellSpec
 	for i, c := range cells {
-		if !c.RealKafka || o.kafka == "" || c.Cassandra && o.cassandra == "" {
+		if !c.RealKafka || c.Cluster || o.kafka == "" || c.Cassandra && o.cassandra == "" {
 			continue
 		}
 		if c.Cassandra {

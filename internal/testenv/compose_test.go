@@ -2,6 +2,7 @@ package testenv_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -232,5 +233,109 @@ func readYAML(t *testing.T, path string, v any) {
 	}
 	if err := yaml.Unmarshal(data, v); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestComposeClusterProfile checks the optional cluster profile against
+// what scripts/services --cluster configures (docs/clusters.md): three
+// Cassandra 5.0 nodes of one data centre, a rack each, joining one after
+// the other, CQL published on 127.0.0.1-3:9043; three KRaft brokers, each
+// broker and controller, of one voter set, advertising 127.0.0.1-3:9192,
+// with replication factor 3 and min.insync.replicas 2 (internal topics
+// too). Only with --profile cluster, on ports that do not clash with the
+// single-node services'. No Docker runs here: the profile itself is
+// untested, its shape is what this test checks.
+func TestComposeClusterProfile(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]struct {
+			Image       string            `yaml:"image"`
+			Profiles    []string          `yaml:"profiles"`
+			Ports       []string          `yaml:"ports"`
+			Environment map[string]string `yaml:"environment"`
+			DependsOn   any               `yaml:"depends_on"` // a list or a map
+			Healthcheck struct {
+				Test []string `yaml:"test"`
+			} `yaml:"healthcheck"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	single := map[string]bool{}
+	var cluster []string
+	for name, s := range f.Services {
+		inCluster := slices.Equal(s.Profiles, []string{"cluster"})
+		if strings.HasPrefix(name, "cluster-") != inCluster {
+			t.Errorf("%s: profiles %v: the cluster-* services, and only they, are in the cluster profile", name, s.Profiles)
+		}
+		if inCluster {
+			cluster = append(cluster, name)
+			continue
+		}
+		for _, p := range s.Ports {
+			single[p[:strings.LastIndex(p, ":")]] = true
+		}
+	}
+	if len(cluster) != 6 {
+		t.Errorf("cluster profile: %v, want 3 Cassandra nodes and 3 brokers", cluster)
+	}
+	var voters []string
+	for n := 1; n <= 3; n++ {
+		voters = append(voters, fmt.Sprintf("%d@cluster-kafka-%d:19192", n, n))
+	}
+	for n := 1; n <= 3; n++ {
+		ip := fmt.Sprintf("127.0.0.%d", n)
+		c := f.Services[fmt.Sprintf("cluster-cassandra-%d", n)]
+		if !strings.HasPrefix(c.Image, "cassandra:5.0") || !slices.Equal(c.Ports, []string{ip + ":9043:9042"}) {
+			t.Errorf("cluster-cassandra-%d: image %q ports %v, want cassandra:5.0 on %s:9043", n, c.Image, c.Ports, ip)
+		}
+		for k, want := range map[string]string{
+			"CASSANDRA_CLUSTER_NAME": "stacksaga-cluster", "CASSANDRA_SEEDS": "cluster-cassandra-1",
+			"CASSANDRA_ENDPOINT_SNITCH": "GossipingPropertyFileSnitch", "CASSANDRA_DC": "datacenter1",
+			"CASSANDRA_RACK": fmt.Sprintf("rack%d", n), "CASSANDRA_BROADCAST_RPC_ADDRESS": ip,
+		} {
+			if got := c.Environment[k]; got != want {
+				t.Errorf("cluster-cassandra-%d: %s = %q, want %q", n, k, got, want)
+			}
+		}
+		deps, _ := c.DependsOn.(map[string]any)
+		prev, _ := deps[fmt.Sprintf("cluster-cassandra-%d", n-1)].(map[string]any)
+		if n > 1 && prev["condition"] != "service_healthy" {
+			t.Errorf("cluster-cassandra-%d: depends_on %v, want node %d healthy first (nodes join one at a time)", n, c.DependsOn, n-1)
+		}
+		if !strings.Contains(strings.Join(c.Healthcheck.Test, " "), "cqlsh") {
+			t.Errorf("cluster-cassandra-%d: healthcheck %v", n, c.Healthcheck.Test)
+		}
+		k := f.Services[fmt.Sprintf("cluster-kafka-%d", n)]
+		if !strings.HasPrefix(k.Image, "apache/kafka:4.") || !slices.Equal(k.Ports, []string{ip + ":9192:9192"}) {
+			t.Errorf("cluster-kafka-%d: image %q ports %v, want apache/kafka:4.* on %s:9192", n, k.Image, k.Ports, ip)
+		}
+		for key, want := range map[string]string{
+			"KAFKA_NODE_ID": fmt.Sprint(n), "KAFKA_PROCESS_ROLES": "broker,controller",
+			"KAFKA_CONTROLLER_QUORUM_VOTERS":   strings.Join(voters, ","),
+			"KAFKA_DEFAULT_REPLICATION_FACTOR": "3", "KAFKA_MIN_INSYNC_REPLICAS": "2",
+			"KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "3", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "3",
+			"KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "2", "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "3",
+			"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "2", "KAFKA_BROKER_RACK": fmt.Sprintf("rack%d", n),
+			"CLUSTER_ID": f.Services["cluster-kafka-1"].Environment["CLUSTER_ID"],
+		} {
+			if got := k.Environment[key]; got != want || got == "" {
+				t.Errorf("cluster-kafka-%d: %s = %q, want %q", n, key, got, want)
+			}
+		}
+		if adv := k.Environment["KAFKA_ADVERTISED_LISTENERS"]; !strings.Contains(adv, "EXTERNAL://"+ip+":9192") {
+			t.Errorf("cluster-kafka-%d: advertised listeners %q, want EXTERNAL://%s:9192", n, adv, ip)
+		}
+		for _, s := range []string{fmt.Sprintf("cluster-cassandra-%d", n), fmt.Sprintf("cluster-kafka-%d", n)} {
+			for _, p := range f.Services[s].Ports {
+				if hostPort := p[:strings.LastIndex(p, ":")]; single[hostPort] {
+					t.Errorf("%s: port %s clashes with a single-node service's", s, hostPort)
+				}
+			}
+		}
 	}
 }
