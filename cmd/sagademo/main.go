@@ -299,7 +299,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stdout, res.summary())
-	if res.stuck > 0 || res.endedDifferently > 0 || (res.endedTwice > 0 && res.instances == 1) {
+	if res.stuck > 0 || res.endedDifferently > 0 || res.endedWrong > 0 || (res.endedTwice > 0 && res.instances == 1) {
 		return 1
 	}
 	return 0
@@ -330,6 +330,10 @@ type result struct {
 	endedDifferently int64
 	// instances is the number of orchestrator instances (1 + --retry-nodes).
 	instances int
+	// endedWrong counts ended sagas whose stored row disagrees with their
+	// end (another state, or a span twice in its completed steps): never
+	// acceptable (the run exits 1).
+	endedWrong int
 	// Recovery figures, set when recovery is exercised.
 	hasRecovery                  bool
 	retried, restored, abandoned int64
@@ -372,6 +376,9 @@ func (r result) summary() string {
 	fmt.Fprintf(&b, " duplicate_executions=%d ended_twice=%d", r.duplicateExecutions, r.endedTwice)
 	if r.endedDifferently > 0 {
 		fmt.Fprintf(&b, " ended_differently=%d", r.endedDifferently)
+	}
+	if r.endedWrong > 0 {
+		fmt.Fprintf(&b, " ended_wrong=%d", r.endedWrong)
 	}
 	if r.hasRecovery {
 		fmt.Fprintf(&b, " abandoned=%d retried=%d restored=%d directory_left=%d", r.abandoned, r.retried, r.restored, r.directoryLeft)
@@ -854,6 +861,9 @@ loop:
 	}
 	out.stuck = opts.sagas - (out.completed + out.compensated + out.compensationFailed)
 	out.endedTwice, out.endedDifferently, out.instances = endedTwice.Load(), endedDifferently.Load(), 1+opts.retryNodes
+	if out.endedWrong, err = checkEnds(ctx, store, o.Scope(), &ended, logger); err != nil {
+		return result{}, err
+	}
 	out.p50, out.p99 = lat.quantiles()
 	out.duplicateExecutions = execs.duplicates()
 	if ledger != nil {
@@ -929,6 +939,35 @@ loop:
 		opts.afterRun(out, url)
 	}
 	return out, nil
+}
+
+// checkEnds reads the row of every saga in ended (txID → the state its
+// first terminal event named) and counts those whose row disagrees: in
+// another state, or with a span twice among its completed steps (a step's
+// reply applied on top of a row that had it already).
+func checkEnds(ctx context.Context, store eventstore.Store, scope eventstore.Scope, ended *sync.Map, logger *slog.Logger) (int, error) {
+	wrong := 0
+	var err error
+	ended.Range(func(k, v any) bool {
+		var tx eventstore.Transaction
+		tx, err = store.LoadTransaction(ctx, scope, k.(string))
+		if err != nil {
+			err = fmt.Errorf("check the end of %s: %w", k, err)
+			return false
+		}
+		seen := map[int]bool{}
+		twice := false
+		for _, c := range tx.Completed {
+			twice = twice || seen[c.Span]
+			seen[c.Span] = true
+		}
+		if tx.State != v.(eventstore.State) || twice {
+			wrong++
+			logger.Error("sagademo: a saga's row disagrees with its end", "tx", tx.TxID, "ended", v, "state", tx.State, "completed", tx.Completed)
+		}
+		return true
+	})
+	return wrong, err
 }
 
 // maxResumeDelay bounds the delay before the resumer resumes a paused saga.
