@@ -30,14 +30,8 @@ type composeFile struct {
 // Cassandra 5.0 and PostgreSQL on the ports the tests and scripts/services use, with health
 // checks that run a real client request.
 func TestDockerCompose(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var f composeFile
-	if err := yaml.Unmarshal(data, &f); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
-	}
+	readYAML(t, composePath, &f)
 	cases := []struct {
 		service, imagePrefix, port, healthWord string
 	}{
@@ -96,10 +90,6 @@ func keys[V any](m map[string]V) []string {
 // with that Prometheus as its datasource and the StackSaga dashboard (whose
 // queries cmd/sagademo's metrics tests check against a real scrape).
 func TestComposeObservabilityProfile(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var f struct {
 		Services map[string]struct {
 			Image      string   `yaml:"image"`
@@ -109,9 +99,7 @@ func TestComposeObservabilityProfile(t *testing.T) {
 			ExtraHosts []string `yaml:"extra_hosts"`
 		} `yaml:"services"`
 	}
-	if err := yaml.Unmarshal(data, &f); err != nil {
-		t.Fatal(err)
-	}
+	readYAML(t, composePath, &f)
 	for name, s := range f.Services {
 		observability := name == "jaeger" || name == "prometheus" || name == "grafana"
 		if inProfile := len(s.Profiles) == 1 && s.Profiles[0] == "observability"; inProfile != observability {
@@ -225,6 +213,10 @@ func checkGrafanaProvisioning(t *testing.T) {
 	}
 }
 
+// composePath is the repository's docker-compose.yml, from this package.
+var composePath = filepath.Join("..", "..", "docker-compose.yml")
+
+// readYAML decodes the YAML file at path into v.
 func readYAML(t *testing.T, path string, v any) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -246,10 +238,6 @@ func readYAML(t *testing.T, path string, v any) {
 // single-node services'. No Docker runs here: the profile itself is
 // untested, its shape is what this test checks.
 func TestComposeClusterProfile(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var f struct {
 		Services map[string]struct {
 			Image       string            `yaml:"image"`
@@ -262,9 +250,7 @@ func TestComposeClusterProfile(t *testing.T) {
 			} `yaml:"healthcheck"`
 		} `yaml:"services"`
 	}
-	if err := yaml.Unmarshal(data, &f); err != nil {
-		t.Fatal(err)
-	}
+	readYAML(t, composePath, &f)
 	single := map[string]bool{}
 	var cluster []string
 	for name, s := range f.Services {
