@@ -49,7 +49,7 @@ const (
 var now = func() time.Time { return time.Now().UTC() }
 
 const adminUsage = `usage:
-  sagactl list retry-pending|paused|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
+  sagactl list retry-pending|paused|frozen|disabled|compensation-failed [--limit N] [--after TXID | --page P] [flags]
   sagactl show TXID [flags]
   sagactl restore TXID [--actor NAME] [flags]
   sagactl restore --all-disabled [--actor NAME] [flags]
@@ -72,7 +72,10 @@ reason:
                  and the correlation key a resume must give
   frozen         every saga of the frozen table (es_frozen_transaction)
   disabled       frozen sagas now DISABLED (outlived transaction-lifetime)
-  terminated     frozen sagas now COMPENSATION_FAILED
+  compensation-failed
+                 frozen sagas now COMPENSATION_FAILED ("terminated", its
+                 older name, still works, with a note: it does not list
+                 TERMINATED sagas)
   Pages hold --limit sagas (default 50); the table ends with the --after
   cursor of the next page when there is one; --page P is page P (from 1).
 
@@ -123,8 +126,7 @@ domain's callback topic (--brokers, or env STACKSAGA_KAFKA_BROKERS; TLS and
 SASL with the --kafka-* flags below, plaintext without them), where the orchestrator applies it in order with the saga's replies;
 the saga's history then holds a "cancelled" or "terminated" row with the
 actor and --reason (required, at most 1024 bytes). Both are audited as
-restore and resume are. Note: "list terminated" lists frozen
-COMPENSATION_FAILED sagas, not TERMINATED ones.
+restore and resume are.
 
 flags (every command):
   --service NAME        the orchestrating service (required; env
@@ -303,12 +305,16 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	switch cmd {
 	case "list":
 		if len(pos) != 1 {
-			return failf(stderr, exitUsage, "list: want one of retry-pending, paused, frozen, disabled, terminated, got %q (see sagactl list -h)", pos)
+			return failf(stderr, exitUsage, "list: want one of retry-pending, paused, frozen, disabled, compensation-failed, got %q (see sagactl list -h)", pos)
 		}
 		switch pos[0] {
-		case "retry-pending", "paused", "frozen", "disabled", "terminated":
+		case "retry-pending", "paused", "frozen", "disabled", "compensation-failed":
+		case "terminated":
+			// The older name of the list, from before Terminate: kept.
+			fmt.Fprintln(stderr, `sagactl: note: "list terminated" is the older name of "list compensation-failed": it lists frozen COMPENSATION_FAILED sagas, not TERMINATED ones`)
+			pos[0] = "compensation-failed"
 		default:
-			return failf(stderr, exitUsage, "list: unknown list %q: want retry-pending, paused, frozen, disabled or terminated", pos[0])
+			return failf(stderr, exitUsage, "list: unknown list %q: want retry-pending, paused, frozen, disabled or compensation-failed", pos[0])
 		}
 		if *f.limit < 1 {
 			return failf(stderr, exitUsage, "list: --limit %d: want at least 1", *f.limit)
@@ -674,7 +680,7 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 		}
 		out.Sagas = sagas
 	} else {
-		filter := map[string]recovery.FrozenFilter{"frozen": recovery.FrozenAll, "disabled": recovery.FrozenDisabled, "terminated": recovery.FrozenTerminated}[which]
+		filter := map[string]recovery.FrozenFilter{"frozen": recovery.FrozenAll, "disabled": recovery.FrozenDisabled, "compensation-failed": recovery.FrozenTerminated}[which]
 		l, err := recovery.ListFrozen(ctx, c.store, c.scope, filter, page)
 		if err != nil {
 			return c.failf(exitFailure, "list %s in %s: %v", which, c.scopeString(), err)

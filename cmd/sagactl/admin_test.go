@@ -382,6 +382,10 @@ func TestAdminCommands(t *testing.T) {
 		if !slices.Equal(dis.ids(), []string{d2.TxID, d1.TxID}) || dis.Sagas[1].Reason != "transaction lifetime 24h0m0s exceeded" || dis.Sagas[1].AgeSeconds < 30*3600 {
 			t.Errorf("disabled %+v", dis.Sagas)
 		}
+		if cf := r.list("compensation-failed"); !slices.Equal(cf.ids(), []string{t2.TxID, t1.TxID}) || cf.List != "compensation-failed" {
+			t.Errorf("compensation-failed %q: %v", cf.List, cf.ids())
+		}
+		// the older name of that list still works
 		if term := r.list("terminated"); !slices.Equal(term.ids(), []string{t2.TxID, t1.TxID}) {
 			t.Errorf("terminated %v", term.ids())
 		}
