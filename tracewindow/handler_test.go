@@ -666,7 +666,7 @@ func TestAPIHealth(t *testing.T) {
 	if code := f.get("/api/health", &h); code != 200 {
 		t.Fatal(code)
 	}
-	if h.InFlight != 2 || h.RetryPending != 1 || h.Terminated != 1 || h.Frozen != 2 || h.Disabled != 0 {
+	if h.InFlight != 2 || h.RetryPending != 1 || h.CompensationFailed != 1 || h.Frozen != 2 || h.Disabled != 0 {
 		t.Fatalf("health %+v", h)
 	}
 	// The disabled saga is older than the 24h window.

@@ -27,7 +27,15 @@ type Health struct {
 	Oldest           *OldestInFlight                     `json:"oldest_in_flight"`
 	RetryPending     int                                 `json:"retry_pending"`
 	Disabled         int                                 `json:"disabled"`
-	Terminated       int                                 `json:"terminated"`
+	// CompensationFailed counts the COMPENSATION_FAILED sagas (a
+	// compensation failed for good; frozen for an admin).
+	CompensationFailed int `json:"compensation_failed"`
+	// Terminated is CompensationFailed under its name from before
+	// Orchestrator.Terminate existed.
+	//
+	// Deprecated: use CompensationFailed; TERMINATED sagas are counted in
+	// ByState, not here.
+	Terminated int `json:"terminated"`
 	// RetryRegistered counts the sagas still RETRY_PENDING (their state
 	// read from the store when the document is computed) that have a retry
 	// registered in the recovery directory: recovery.ListRetryPending's
@@ -141,7 +149,8 @@ func (h *Handler) health(ctx context.Context, now time.Time) *Health {
 			}
 			doc.RetryPending = doc.ByState[eventstore.StateRetryPending]
 			doc.Disabled = doc.ByState[eventstore.StateDisabled]
-			doc.Terminated = doc.ByState[eventstore.StateCompensationFailed]
+			doc.CompensationFailed = doc.ByState[eventstore.StateCompensationFailed]
+			doc.Terminated = doc.CompensationFailed
 		}
 	} else {
 		doc.Errors = append(doc.Errors, "no index: in-flight counts need tracewindow.WithIndex")

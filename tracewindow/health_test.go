@@ -103,7 +103,7 @@ func TestHealthAgreesOnceTheListShowsAChange(t *testing.T) {
 	f := newFixture(t, tracewindow.WithHealthCache(5*time.Second))
 	ctx := context.Background()
 	before := f.health()
-	if before.Terminated != 1 || before.RetryPending != 1 || before.Frozen != 2 {
+	if before.CompensationFailed != 1 || before.Terminated != before.CompensationFailed || before.RetryPending != 1 || before.Frozen != 2 {
 		t.Fatalf("before: %+v", before)
 	}
 	w, err := recovery.NewWriter(f.store, recovery.DefaultConfig(), recovery.WithClock(f.clock))
@@ -117,9 +117,9 @@ func TestHealthAgreesOnceTheListShowsAChange(t *testing.T) {
 		t.Fatalf("list shows %s, want RETRY_PENDING", st)
 	}
 	h := f.health()
-	if h.Terminated != 0 || h.RetryPending != 2 || h.RetryRegistered != 1 || h.Frozen != 1 || h.InFlight != before.InFlight+1 {
+	if h.CompensationFailed != 0 || h.RetryPending != 2 || h.RetryRegistered != 1 || h.Frozen != 1 || h.InFlight != before.InFlight+1 {
 		t.Fatalf("after the list showed the restore: terminated %d retry_pending %d retry_registered %d frozen %d in_flight %d (before %d), want 0 2 1 1 %d",
-			h.Terminated, h.RetryPending, h.RetryRegistered, h.Frozen, h.InFlight, before.InFlight, before.InFlight+1)
+			h.CompensationFailed, h.RetryPending, h.RetryRegistered, h.Frozen, h.InFlight, before.InFlight, before.InFlight+1)
 	}
 }
 

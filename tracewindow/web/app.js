@@ -223,7 +223,7 @@
       'RETRY_PENDING sagas with a retry registered in the recovery directory'));
     box.appendChild(chip('frozen', h.frozen, h.frozen ? 'warn' : '', 'rows of the frozen table'));
     box.appendChild(chip('disabled', h.disabled, h.disabled ? 'bad' : ''));
-    box.appendChild(chip('terminated', h.terminated, h.terminated ? 'bad' : '', 'COMPENSATION_FAILED'));
+    box.appendChild(chip('compensation failed', h.compensation_failed, h.compensation_failed ? 'bad' : '', 'COMPENSATION_FAILED'));
     var doms = Object.keys(h.by_domain || {}).sort();
     if (doms.length) {
       var rows = doms.map(function (d) {
