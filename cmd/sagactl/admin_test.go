@@ -385,9 +385,15 @@ func TestAdminCommands(t *testing.T) {
 		if cf := r.list("compensation-failed"); !slices.Equal(cf.ids(), []string{t2.TxID, t1.TxID}) || cf.List != "compensation-failed" {
 			t.Errorf("compensation-failed %q: %v", cf.List, cf.ids())
 		}
-		// the older name of that list still works
-		if term := r.list("terminated"); !slices.Equal(term.ids(), []string{t2.TxID, t1.TxID}) {
-			t.Errorf("terminated %v", term.ids())
+		// the older name of that list still works, with a note
+		if code, stdout, stderr := r.run("list", "terminated", "--json"); code != 0 || !strings.Contains(stderr, `older name of "list compensation-failed"`) {
+			t.Errorf("list terminated: exit %d, stderr %q", code, stderr)
+		} else {
+			var term listDoc
+			decodeOne(t, stdout, &term)
+			if !slices.Equal(term.ids(), []string{t2.TxID, t1.TxID}) {
+				t.Errorf("terminated %v", term.ids())
+			}
 		}
 		pg := r.list("disabled", "--limit", "1")
 		if !slices.Equal(pg.ids(), []string{d2.TxID}) || pg.Next != d2.TxID {
@@ -544,8 +550,8 @@ func TestAdminCommands(t *testing.T) {
 		if out := r.ok("list", "disabled"); out != "no disabled sagas in eu/cell-1/"+r.scope.Service+"\n" {
 			t.Errorf("list disabled after restoring all: %q", out)
 		}
-		if d := r.list("terminated"); !slices.Equal(d.ids(), []string{t2.TxID}) {
-			t.Errorf("terminated after restore: %v", d.ids())
+		if d := r.list("compensation-failed"); !slices.Equal(d.ids(), []string{t2.TxID}) {
+			t.Errorf("compensation-failed after restore: %v", d.ids())
 		}
 		if d := r.list("retry-pending"); !slices.Equal(d.ids(), []string{p3.TxID, p2.TxID, p1.TxID, t1.TxID, d2.TxID, d1.TxID}) {
 			t.Errorf("retry-pending after restore: %v", d.ids())

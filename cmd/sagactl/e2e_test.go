@@ -186,8 +186,8 @@ func TestRestoreEndToEnd(t *testing.T) {
 	if d := r.list("disabled"); len(d.Sagas) != 1 || d.Sagas[0].TxID != a || d.Sagas[0].AgeSeconds < 3600 {
 		t.Fatalf("list disabled: %+v", d.Sagas)
 	}
-	if d := r.list("terminated"); len(d.Sagas) != 1 || d.Sagas[0].TxID != b || d.Sagas[0].Reason == "" {
-		t.Fatalf("list terminated: %+v", d.Sagas)
+	if d := r.list("compensation-failed"); len(d.Sagas) != 1 || d.Sagas[0].TxID != b || d.Sagas[0].Reason == "" {
+		t.Fatalf("list compensation-failed: %+v", d.Sagas)
 	}
 
 	// The faults are fixed; restore both.
