@@ -1,14 +1,12 @@
 package orchestrator_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,24 +22,6 @@ import (
 	"github.com/stacksaga-go/stacksaga/worker"
 )
 
-// syncWriter is an io.Writer safe for the loggers of several goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // TestNothingPrintsTheSecret plants the Kafka SASL password of the real
 // SASL_SSL listener and runs sagas through it (completed, compensated and
 // retried ones) with every log at Debug, traces and metrics recorded, and a
@@ -53,7 +33,7 @@ func TestNothingPrintsTheSecret(t *testing.T) {
 	if len(secret) < 8 {
 		t.Fatalf("the planted secret %q is too short to scan for", secret)
 	}
-	logs := &syncWriter{}
+	logs := &testenv.LockedBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))

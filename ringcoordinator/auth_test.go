@@ -1,7 +1,6 @@
 package ringcoordinator
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -9,27 +8,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
 
-// logBuffer collects a logger's lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
+// textLogger logs text lines into b.
+func textLogger(b *testenv.LockedBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
 // startAuthMaster runs a master on RSocket over loopback with the test
 // token.
@@ -97,8 +81,8 @@ func dial(t *testing.T, tp Transport, addr string) Conn {
 // at WARN without either token; a peer with the token is served.
 func TestSetupRefusedWithoutTheToken(t *testing.T) {
 	t.Cleanup(func() { checkNoLeaks(t) })
-	var logs logBuffer
-	m := startAuthMaster(t, logs.logger())
+	var logs testenv.LockedBuffer
+	m := startAuthMaster(t, textLogger(&logs))
 	const wrong = "not-the-right-token-at-all"
 	for name, tp := range map[string]Transport{
 		"no token":    RSocketTransport{},
@@ -175,8 +159,8 @@ func TestRolesNeedATokenOrInsecure(t *testing.T) {
 		if err := newRole(WithLogger(quiet), WithToken(testToken)); err != nil {
 			t.Errorf("%s with a token: %v", name, err)
 		}
-		var logs logBuffer
-		if err := newRole(WithLogger(logs.logger()), WithInsecure()); err != nil {
+		var logs testenv.LockedBuffer
+		if err := newRole(WithLogger(textLogger(&logs)), WithInsecure()); err != nil {
 			t.Errorf("%s insecure: %v", name, err)
 		}
 		if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "insecure") {

@@ -1,7 +1,6 @@
 package tracewindow_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,8 +10,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/stacksaga-go/stacksaga/internal/testenv"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
@@ -20,26 +20,9 @@ import (
 	"github.com/stacksaga-go/stacksaga/tracewindow"
 )
 
-// logBuffer collects a handler's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+// debugLogger logs text lines, debug included, into b.
+func debugLogger(b *testenv.LockedBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // trail reads a saga's audit trail through the API.
@@ -68,10 +51,10 @@ func (f *fixture) stored(id string) []eventstore.AuditRecord {
 // their reason class; requests that fail authentication are not (they
 // are logged).
 func TestAdminActionsAudited(t *testing.T) {
-	var logs logBuffer
+	var logs testenv.LockedBuffer
 	f := newFixture(t)
 	h, err := tracewindow.New(f.store, f.scope, tracewindow.WithIndex(f.idx), tracewindow.WithClock(f.clock), f.adminOpts(t),
-		tracewindow.WithAnonymousReads(), tracewindow.WithLogger(logs.logger()))
+		tracewindow.WithAnonymousReads(), tracewindow.WithLogger(debugLogger(&logs)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,12 +242,12 @@ func (auditFailStore) AuditTrail(context.Context, eventstore.Scope, string, int)
 // answer says so; the action itself ran. The saga page still loads and
 // says the trail could not be read.
 func TestAdminAuditWriteFails(t *testing.T) {
-	var logs logBuffer
+	var logs testenv.LockedBuffer
 	f := newFixture(t)
 	s := auditFailStore{f.store.(*memory.Store)}
 	f.store = s
 	h, err := tracewindow.New(s, f.scope, tracewindow.WithIndex(f.idx), tracewindow.WithClock(f.clock), f.adminOpts(t),
-		tracewindow.WithAnonymousReads(), tracewindow.WithLogger(logs.logger()))
+		tracewindow.WithAnonymousReads(), tracewindow.WithLogger(debugLogger(&logs)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,9 +287,9 @@ func TestAdminWithoutAuditor(t *testing.T) {
 	if _, err := tracewindow.New(s, f.scope, tracewindow.WithAnonymousReads()); err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs testenv.LockedBuffer
 	h, err := tracewindow.New(s, f.scope, tracewindow.WithClock(f.clock), f.adminOpts(t), tracewindow.WithAnonymousReads(),
-		tracewindow.WithUnauditedAdmin(), tracewindow.WithLogger(logs.logger()))
+		tracewindow.WithUnauditedAdmin(), tracewindow.WithLogger(debugLogger(&logs)))
 	if err != nil {
 		t.Fatal(err)
 	}
