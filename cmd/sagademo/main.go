@@ -299,7 +299,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stdout, res.summary())
-	if res.stuck > 0 || res.endedDifferently > 0 || res.endedWrong > 0 || (res.endedTwice > 0 && res.instances == 1) {
+	if res.stuck > 0 || res.endedDifferently > 0 || res.endedWrong > 0 || (res.endedTwice > 0 && opts.retryNodes == 0) {
 		return 1
 	}
 	return 0
@@ -328,8 +328,6 @@ type result struct {
 	// endedDifferently counts terminal events naming another end than the
 	// saga's first one: never acceptable (the run exits 1).
 	endedDifferently int64
-	// instances is the number of orchestrator instances (1 + --retry-nodes).
-	instances int
 	// endedWrong counts ended sagas whose stored row disagrees with their
 	// end (another state, or a span twice in its completed steps): never
 	// acceptable (the run exits 1).
@@ -860,7 +858,7 @@ loop:
 		compensationFailed: int(compFailed.Load()), elapsed: elapsed,
 	}
 	out.stuck = opts.sagas - (out.completed + out.compensated + out.compensationFailed)
-	out.endedTwice, out.endedDifferently, out.instances = endedTwice.Load(), endedDifferently.Load(), 1+opts.retryNodes
+	out.endedTwice, out.endedDifferently = endedTwice.Load(), endedDifferently.Load()
 	if out.endedWrong, err = checkEnds(ctx, store, o.Scope(), &ended, logger); err != nil {
 		return result{}, err
 	}
