@@ -73,7 +73,7 @@ func bench(ctx context.Context, o options, cells []cellSpec, stderr io.Writer) (
 		}
 		rep.ClusterKeyspace = oc.keyspace
 		rep.ClusterKafka, rep.ClusterCassandra = oc.kafka, oc.cassandra
-		rep.ClusterDown = downNodes(splitList(oc.cassandra), nodeProbeTimeout)
+		rep.ClusterDown = o.clusterDown // probed once, before any cell (main.go)
 		if o.fresh {
 			progress("fresh cluster keyspace %s, dropped at the end", oc.keyspace)
 		}

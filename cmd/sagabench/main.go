@@ -137,10 +137,12 @@ type options struct {
 	// clusterKafka and clusterCassandra are the three-node cluster's
 	// endpoints for the cluster cells (cluster.go), clusterDC its data
 	// centre and clusterKeyspace the cells' keyspace; clusterCfg and
-	// clusterDriver are set like cassandraCfg when a cluster cell runs.
+	// clusterDriver are set like cassandraCfg when a cluster cell runs,
+	// and clusterDown to its nodes found down then.
 	clusterKafka, clusterCassandra, clusterDC, clusterKeyspace string
 	clusterCfg                                                 cassandra.Config
 	clusterDriver                                              *gocql.ClusterConfig
+	clusterDown                                                []string
 }
 
 func main() {
@@ -278,7 +280,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if hasCluster, _, nodeDown := clusterSelection(cells); hasCluster && o.clusterCassandra != "" {
 		hosts := splitList(o.clusterCassandra)
-		if err := checkClusterNodes(cells, hosts, downNodes(hosts, nodeProbeTimeout)); err != nil {
+		o.clusterDown = downNodes(hosts, nodeProbeTimeout)
+		if err := checkClusterNodes(cells, hosts, o.clusterDown); err != nil {
 			fmt.Fprintln(stderr, "sagabench:", err)
 			return 2
 		}
