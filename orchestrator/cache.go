@@ -94,6 +94,16 @@ func (c *stateCache) shardOf(txID string) (*shard, int32) {
 	return v.parts[p], p
 }
 
+// owns reports whether txID's callback partition is known to be owned
+// here (false when the cache is off or has no assignment yet).
+func (c *stateCache) owns(txID string) bool {
+	if !c.enabled() {
+		return false
+	}
+	s, _ := c.shardOf(txID)
+	return s != nil
+}
+
 // get returns the cached state of txID, whose reply came on partition.
 func (c *stateCache) get(txID string, partition int32) (eventstore.Transaction, bool) {
 	if !c.enabled() {

@@ -27,6 +27,11 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 	if env == nil {
 		return err
 	}
+	if version, deadline, ok, err := stepTimerOf(r); err != nil {
+		return o.deadLetter(ctx, r, dlUndecodable, err.Error())
+	} else if ok {
+		return o.applyTimerRecord(ctx, env, version, deadline) // steptimeout.go
+	}
 	l := o.lock(env.TxID)
 	l.Lock()
 	defer l.Unlock()

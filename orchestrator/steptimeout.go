@@ -2,9 +2,13 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/topics"
@@ -73,16 +77,20 @@ func (o *Orchestrator[T]) armStep(txID string, version int64, d time.Duration, d
 }
 
 // stepTimedOut applies the timer of the attempt a saga waits for at
-// version, if it still does (timedOut).
+// version, if it still does (timedOut). The timer runs in the instance
+// that armed it, which need not own the saga's callback partition: the
+// owner may be applying the attempt's reply at this very moment, and two
+// writes of one version would be merged cell by cell by the store. So an
+// instance that does not own the partition does not write: it sends the
+// timeout to the partition as a timer record (stepTimerHeader), which the
+// owner applies in order with the saga's replies, one of the two finding
+// the other's attempt moved on (applyTimerRecord).
 func (o *Orchestrator[T]) stepTimedOut(txID string, version int64, d time.Duration, deadline bool) {
 	if o.isClosed() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), fastRetryTimeout)
 	defer cancel()
-	// Not caused by a reply on this instance's callback partition: what
-	// follows is persisted before anything is published.
-	ctx = withPersistFirst(ctx)
 	l := o.lock(txID)
 	l.Lock()
 	defer l.Unlock()
@@ -91,25 +99,104 @@ func (o *Orchestrator[T]) stepTimedOut(txID string, version int64, d time.Durati
 		o.logger().Warn("orchestrator: step timeout: could not read the saga; its restore watchdog finds it if it stalled", "tx", txID, "err", err)
 		return
 	}
-	switch tx.State {
-	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateCancelling:
-	default:
-		return
-	}
-	if tx.Version != version {
+	if !timerApplies(&tx, version) {
 		return
 	}
 	msg := fmt.Sprintf("%s no reply within %v (step-timeout)", stepTimedOutPrefix, d)
 	if deadline {
 		msg = stepTimedOutPrefix + " no reply by the saga's deadline (saga-timeout)"
 	}
+	_, endpoint := parseQualified(tx.Endpoint)
 	env := &topics.Envelope{
-		Type: topics.TypeReply, TxID: tx.TxID, Domain: tx.Domain, Span: tx.Span,
+		Type: topics.TypeReply, Region: o.scope.Region, Cluster: o.scope.Cluster, Service: o.scope.Service,
+		TxID: tx.TxID, Domain: tx.Domain, Endpoint: endpoint, Span: tx.Span,
 		Kind: topics.Kind(tx.Kind), Attempt: tx.Attempt, Outcome: topics.OutcomeRetryable, Error: msg,
 	}
-	if err := o.timedOut(ctx, &tx, env, deadline); err != nil {
+	if o.cfg.groupType != topics.GroupShare && !o.cache.owns(txID) {
+		if err := o.sendTimerRecord(ctx, env, version, deadline); err != nil {
+			o.logger().Warn("orchestrator: step timeout: could not send it to the saga's callback partition; its restore watchdog finds the saga if it stalled", "tx", txID, "err", err)
+		}
+		return
+	}
+	// Not caused by a reply on this instance's callback partition: what
+	// follows is persisted before anything is published.
+	if err := o.timedOut(withPersistFirst(ctx), &tx, env, deadline); err != nil {
 		o.logger().Warn("orchestrator: step timeout: could not move the saga on; its restore watchdog finds it", "tx", txID, "err", err)
 	}
+}
+
+// timerApplies reports whether tx still waits, at version, for the reply
+// its step timer stands in for.
+func timerApplies(tx *eventstore.Transaction, version int64) bool {
+	switch tx.State {
+	case eventstore.StateStarted, eventstore.StateInProgress, eventstore.StateCompensating, eventstore.StateCancelling:
+		return tx.Version == version
+	}
+	return false
+}
+
+// stepTimerHeader marks a timer record on the callback topic: a step
+// timeout sent by the instance whose timer fired to the owner of the
+// saga's partition. Its value is the saga version the timer was armed at,
+// with ";deadline" when it was armed for the saga's deadline; the record's
+// value is the retryable reply the timeout stands for.
+const stepTimerHeader = "stacksaga-step-timer"
+
+// sendTimerRecord sends the timeout env of the timer armed at version to
+// the saga's callback partition.
+func (o *Orchestrator[T]) sendTimerRecord(ctx context.Context, env *topics.Envelope, version int64, deadline bool) error {
+	b, err := topics.Encode(env)
+	if err != nil {
+		return err
+	}
+	v := strconv.FormatInt(version, 10)
+	if deadline {
+		v += ";deadline"
+	}
+	rec := &kgo.Record{Topic: o.cbTopic, Key: []byte(env.TxID), Value: b, Headers: []kgo.RecordHeader{{Key: stepTimerHeader, Value: []byte(v)}}}
+	return o.prod.ProduceSync(ctx, rec).FirstErr()
+}
+
+// stepTimerOf returns the version and deadline flag of r's timer header;
+// ok is false when r has none, and err says why a header is malformed.
+func stepTimerOf(r *kgo.Record) (version int64, deadline, ok bool, err error) {
+	for _, h := range r.Headers {
+		if h.Key != stepTimerHeader {
+			continue
+		}
+		v, flag, cut := strings.Cut(string(h.Value), ";")
+		if cut && flag != "deadline" {
+			return 0, false, true, fmt.Errorf("orchestrator: step timer header %q: unknown flag", h.Value)
+		}
+		version, err = strconv.ParseInt(v, 10, 64)
+		if err != nil || version < 1 || version > eventstore.MaxVersion {
+			return 0, false, true, fmt.Errorf("orchestrator: step timer header %q: not a saga version", h.Value)
+		}
+		return version, cut, true, nil
+	}
+	return 0, false, false, nil
+}
+
+// applyTimerRecord applies a timer record (env, of the timer armed at
+// version) as stepTimedOut would have where it fired, if the saga still
+// waits for that attempt: this instance owns the saga's partition, so the
+// record comes in order with the saga's replies.
+func (o *Orchestrator[T]) applyTimerRecord(ctx context.Context, env *topics.Envelope, version int64, deadline bool) error {
+	l := o.lock(env.TxID)
+	l.Lock()
+	defer l.Unlock()
+	tx, err := o.store.LoadTransaction(ctx, o.scope, env.TxID)
+	if errors.Is(err, eventstore.ErrNotFound) {
+		return nil // a timer of a saga this store does not hold: nothing to time out
+	}
+	if err != nil {
+		return fmt.Errorf("orchestrator: load %s: %w", env.TxID, err)
+	}
+	if !timerApplies(&tx, version) || !expects(&tx, env) {
+		o.countStale(&tx)
+		return nil
+	}
+	return o.timedOut(ctx, &tx, env, deadline)
 }
 
 // stepTimedOutPrefix starts the error of an attempt failed by its timer
