@@ -57,6 +57,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/answer"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/worker"
 )
@@ -197,11 +198,8 @@ func New(db *sql.DB, opts ...Option) (*Barrier, error) {
 	b.sqlSelect = `SELECT attempt, state, paused, reply FROM ` + t + ` WHERE tx_id = $1 AND span = $2 AND kind = $3 FOR UPDATE`
 	b.sqlUpdate = `UPDATE ` + t + ` SET attempt = $4, state = 'done', paused = $5, reply = $6, recorded_at = $7 WHERE tx_id = $1 AND span = $2 AND kind = $3`
 	// A failure is recorded after the rollback of the business writes, in
-	// a transaction of its own; it replaces a paused reply of an earlier
-	// attempt only.
-	b.sqlRecord = `INSERT INTO ` + t + ` AS b (tx_id, span, kind, attempt, state, paused, reply, recorded_at) VALUES ($1, $2, $3, $4, 'done', false, $5, $6)
-ON CONFLICT (tx_id, span, kind) DO UPDATE SET attempt = EXCLUDED.attempt, paused = false, reply = EXCLUDED.reply, recorded_at = EXCLUDED.recorded_at
-WHERE b.state = 'done' AND b.paused AND b.attempt < EXCLUDED.attempt`
+	// a transaction of its own (see recordFailure).
+	b.sqlRecord = `INSERT INTO ` + t + ` (tx_id, span, kind, attempt, state, paused, reply, recorded_at) VALUES ($1, $2, $3, $4, 'done', false, $5, $6) ON CONFLICT (tx_id, span, kind) DO NOTHING`
 	b.sqlDelete = `DELETE FROM ` + t + ` WHERE (tx_id, span, kind) IN (SELECT tx_id, span, kind FROM ` + t + ` WHERE recorded_at < $1 LIMIT $2)`
 	return b, nil
 }
@@ -260,6 +258,8 @@ func (b *Barrier) Execute(ctx context.Context, cmd *topics.Envelope, run func(co
 			return rep, err
 		}
 		if try == 3 {
+			// Three reads found the row gone, deleted by the cleanup each
+			// time (a database error is returned as it is, above).
 			return nil, fmt.Errorf("sqlbarrier: the barrier row of %s span %d %s keeps changing", cmd.TxID, cmd.Span, cmd.Kind)
 		}
 	}
@@ -302,10 +302,11 @@ func (b *Barrier) execute(ctx context.Context, cmd *topics.Envelope, run func(co
 		} else {
 			r, found, err := b.read(ctx, tx, cmd.TxID, cmd.Span, topics.KindProcess)
 			if err != nil || !found {
-				return nil, !found, err
+				return nil, err == nil, err
 			}
-			// A process that failed or was voided committed nothing.
-			runHandler = r.state == stateDone && r.reply != nil && r.reply.Outcome == topics.OutcomeOK
+			// A process that failed or was voided committed nothing; one
+			// whose recorded reply is unreadable committed its effect.
+			runHandler = answer.Compensates(cmd, answer.Process{Found: true, Voided: r.state == stateVoided, Recorded: r.recorded()})
 		}
 	}
 	res, err := tx.ExecContext(ctx, b.sqlInsert, cmd.TxID, cmd.Span, kind, cmd.Attempt, stateRunning, now)
@@ -316,24 +317,25 @@ func (b *Barrier) execute(ctx context.Context, cmd *topics.Envelope, run func(co
 		// Its row exists, committed (the insert waited for one in flight).
 		r, found, err := b.read(ctx, tx, cmd.TxID, cmd.Span, cmd.Kind)
 		if err != nil || !found {
-			return nil, !found, err
+			return nil, err == nil, err
 		}
-		switch {
-		case r.state == stateVoided:
+		if r.state == stateVoided {
 			b.hanging.Add(1)
 			b.log.InfoContext(ctx, "sqlbarrier: process after its revert: not run", logArgs(cmd)...)
 			return unchanged(cmd, topics.OutcomeNonRetryable, ErrHanging.Error()), false, nil
-		case r.state != stateDone || r.reply == nil:
+		}
+		switch answer.ForAttempt(cmd, r.recorded()) {
+		case answer.Unreadable:
 			b.dups.Add(1)
 			return unreadable(cmd, r.err), false, nil
-		case !supersedes(cmd, r):
+		case answer.Replay:
 			b.dups.Add(1)
 			b.log.DebugContext(ctx, "sqlbarrier: duplicate, recorded reply re-sent", logArgs(cmd)...)
 			address(r.reply, cmd)
 			return r.reply, false, nil
 		}
-		// A later attempt of a step that paused: it runs again, over the
-		// row it holds locked.
+		// A later attempt of a step that failed or paused: it runs again,
+		// over the row it holds locked.
 	}
 	var rep *topics.Envelope
 	if runHandler {
@@ -379,24 +381,45 @@ func (b *Barrier) execute(ctx context.Context, cmd *topics.Envelope, run func(co
 }
 
 // recordFailure records rep, a non-retryable reply whose business writes
-// were rolled back, in a transaction of its own. If another execution
-// recorded a reply meanwhile, that one is returned.
-func (b *Barrier) recordFailure(ctx context.Context, cmd, rep *topics.Envelope) (*topics.Envelope, bool, error) {
+// were rolled back, in a transaction of its own: as the step's row, or
+// over the row of an earlier attempt that this one supersedes
+// (answer.ForAttempt). If another execution recorded a reply meanwhile (a
+// twin, a revert voiding the process), again asks the caller to answer as
+// it decided.
+func (b *Barrier) recordFailure(ctx context.Context, cmd, rep *topics.Envelope) (_ *topics.Envelope, again bool, err error) {
 	enc, err := encodeReply(cmd, rep)
 	if err != nil {
 		return nil, false, err
 	}
-	res, err := b.db.ExecContext(ctx, b.sqlRecord, cmd.TxID, cmd.Span, string(cmd.Kind), cmd.Attempt, enc, b.now())
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlbarrier: record failure: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	now, kind := b.now(), string(cmd.Kind)
+	r, found, err := b.read(ctx, tx, cmd.TxID, cmd.Span, cmd.Kind)
+	var res sql.Result
+	switch {
+	case err != nil:
+		return nil, false, err
+	case !found:
+		res, err = tx.ExecContext(ctx, b.sqlRecord, cmd.TxID, cmd.Span, kind, cmd.Attempt, enc, now)
+	case r.state == stateDone && answer.ForAttempt(cmd, r.recorded()) == answer.Run:
+		res, err = tx.ExecContext(ctx, b.sqlUpdate, cmd.TxID, cmd.Span, kind, cmd.Attempt, false, enc, now)
+	default:
+		return nil, true, nil
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("sqlbarrier: record failure: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		b.ran.Add(1)
-		return rep, false, nil
+	if n, _ := res.RowsAffected(); n != 1 {
+		return nil, true, nil
 	}
-	// Another execution (a twin, a revert voiding the process) came
-	// first: answer as it decided.
-	return nil, true, nil
+	if err := tx.Commit(); err != nil {
+		return nil, false, fmt.Errorf("sqlbarrier: record failure: commit: %w", err)
+	}
+	b.ran.Add(1)
+	return rep, false, nil
 }
 
 type row struct {
@@ -428,11 +451,9 @@ func (b *Barrier) read(ctx context.Context, tx *sql.Tx, txID string, span int, k
 	return r, true, nil
 }
 
-// supersedes reports whether cmd is a later attempt of a step whose
-// recorded reply paused the saga (the step is invoked again after the
-// pause's deadline, to re-check).
-func supersedes(cmd *topics.Envelope, r row) bool {
-	return r.paused && r.reply != nil && r.reply.Pause != nil && r.attempt < cmd.Attempt
+// recorded is the row's outcome for the answer gate.
+func (r row) recorded() answer.Recorded {
+	return answer.Recorded{Attempt: r.attempt, Reply: r.reply}
 }
 
 func logArgs(cmd *topics.Envelope) []any {
