@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/answer"
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/internal/stack"
 	"github.com/stacksaga-go/stacksaga/internal/wait"
@@ -279,7 +280,7 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 	for {
 		m, err := x.g.store.GetMarker(ctx, pk)
 		if errors.Is(err, eventstore.ErrNotFound) {
-			if x.cmd.ActionDone {
+			if answer.Compensates(x.cmd, answer.Process{}) {
 				x.g.stats.missingActions.Add(1)
 				x.g.log.WarnContext(ctx, "writeprotect: the action ran (its ok reply is known) but has no marker (its commit failed, or has not landed yet): compensating it",
 					x.logArgs()...)
@@ -306,20 +307,20 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 		}
 		switch m.State {
 		case eventstore.MarkerCommitted:
-			if rep, err := topics.Decode(m.Reply); err != nil || rep.Outcome != topics.OutcomeRetryable || x.cmd.ActionDone {
+			if answer.Compensates(x.cmd, answer.Process{Found: true, Recorded: recordedOf(m)}) {
 				return nil, false, nil
 			}
-			// The action's last attempt failed retryably: it did not
-			// complete, and the record is for its duplicates only. As if
-			// there were no marker (the command does not say the action
-			// ran), the compensation is null: the record is removed,
-			// unless an attempt of the action replaced it meanwhile, and
+			// The action's last attempt failed: it left no effect, and the
+			// record is for its duplicates only. As if there were no
+			// marker (the command does not say the action ran), the
+			// compensation is null: the record is removed, unless an
+			// attempt of the action replaced it meanwhile, and
 			// COMPENSATED_EMPTY inserted in its place.
 			if _, _, err := x.g.store.DeleteMarkerIf(ctx, pk, m.State, m.Owner); err != nil {
 				return nil, true, x.fail("remove the retryable record of the action", err)
 			}
 		case eventstore.MarkerCompensatedEmpty:
-			if x.cmd.ActionDone {
+			if answer.Compensates(x.cmd, answer.Process{Found: true, Voided: true}) {
 				// An earlier compensation of this span, sent before the
 				// action's ok reply was known, took it for a null one; the
 				// action ran all the same (before that record: a refused
@@ -489,17 +490,18 @@ const (
 func (x *execution) existing(ctx context.Context, m eventstore.Marker, w *waiter) (*topics.Envelope, next, error) {
 	switch {
 	case m.State == eventstore.MarkerCommitted:
-		rep, err := topics.Decode(m.Reply)
-		if err != nil {
+		rec := recordedOf(m)
+		switch answer.ForAttempt(x.cmd, rec) {
+		case answer.Unreadable:
+			_, err := topics.Decode(m.Reply)
 			return x.unreadable(ctx, err), done, nil
+		case answer.Replay:
+			return x.recorded(ctx, rec.Reply), done, nil
 		}
-		if !x.supersedes(rep) {
-			return x.recorded(ctx, rep), done, nil
-		}
-		// The recorded attempt failed retryably or paused its saga, and
-		// this is a later attempt (the saga re-driven, or the step invoked
-		// again after the pause's deadline): it must run, not replay the
-		// record. RELAXED writes over it. STRICT removes it, on condition
+		// The recorded attempt failed or paused its saga, and this is a
+		// later attempt (the saga re-driven or restored, or the step
+		// invoked again after the pause's deadline): it must run, not
+		// replay the record. RELAXED writes over it. STRICT removes it, on condition
 		// that it is still that record: of two deliveries of this attempt
 		// only one removes it, the other then finds its lease.
 		if x.policy.Mode != Strict {
@@ -726,11 +728,14 @@ func (x *execution) lost(ctx context.Context, m eventstore.Marker) {
 	x.g.log.ErrorContext(ctx, msg, x.logArgs("marker", m.State, "owner", m.Owner)...)
 }
 
-// supersedes reports whether the command is a later attempt of a step
-// whose recorded attempt failed retryably (the saga was re-driven) or
-// paused the saga (the step is invoked again after the pause's deadline).
-func (x *execution) supersedes(rep *topics.Envelope) bool {
-	return x.cmd.Attempt > 1 && (rep.Outcome == topics.OutcomeRetryable || rep.Pause != nil) && rep.Attempt < x.cmd.Attempt
+// recordedOf is the outcome a committed marker records, for the answer
+// gate (Reply nil when it cannot be decoded).
+func recordedOf(m eventstore.Marker) answer.Recorded {
+	rep, err := topics.Decode(m.Reply)
+	if err != nil {
+		return answer.Recorded{}
+	}
+	return answer.Recorded{Attempt: rep.Attempt, Reply: rep}
 }
 
 // recorded returns rep, the reply recorded in a committed marker,

@@ -35,6 +35,7 @@ func runScenarios(t *testing.T, sc scale, newBackend func(t *testing.T) *backend
 			t.Run("LateDuplicateAfterEnd", func(t *testing.T) { scenarioLateDuplicate(t, newBackend(t), mode) })
 			t.Run("ReplyAddressedToRedrive", func(t *testing.T) { scenarioRedrive(t, newBackend(t), mode) })
 			t.Run("CommitFailureThenCompensation", func(t *testing.T) { scenarioCommitFailure(t, newBackend(t), mode) })
+			t.Run("LaterAttemptAfterFailure", func(t *testing.T) { scenarioLaterAttemptAfterFailure(t, newBackend(t), mode) })
 		})
 	}
 	t.Run("STRICT/ConcurrentInstances", func(t *testing.T) { scenarioConcurrent(t, newBackend(t), sc) })
@@ -143,19 +144,18 @@ func scenarioRetryable(t *testing.T, b *backend, mode writeprotect.Mode) {
 	if st.RetryablesRecorded != 2 || st.Superseded != 2 || st.Executions != 3 || st.DuplicatesSkipped != 10 || st.Released != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	// A non-retryable outcome is final: recorded like ok.
+	// A non-retryable outcome is final for its attempt (its duplicates
+	// get it); a later attempt (a restored saga) runs again (issue 47).
 	h.outcome = topics.OutcomeNonRetryable
 	cmd4 := command(scope, "tx-retry", 3, topics.KindProcess)
 	r1 := execute(t, g, cmd4, h.run(cmd4))
+	if dup := execute(t, g2, cmd4, h.run(cmd4)); h.runs.Load() != 4 || r1.Outcome != topics.OutcomeNonRetryable || sameReply(r1, dup) != nil {
+		t.Fatalf("runs %d, reply %+v, duplicate %+v", h.runs.Load(), r1, dup)
+	}
 	cmd4b := *cmd4
 	cmd4b.Attempt = 2
-	r2 := execute(t, g, &cmd4b, h.run(&cmd4b))
-	if h.runs.Load() != 4 || r1.Outcome != topics.OutcomeNonRetryable || r2.Attempt != 2 {
-		t.Fatalf("runs %d, reply %+v", h.runs.Load(), r1)
-	}
-	r2.Attempt = 1
-	if err := sameReply(r1, r2); err != nil {
-		t.Fatal(err)
+	if r2 := execute(t, g, &cmd4b, h.run(&cmd4b)); h.runs.Load() != 5 || r2.Attempt != 2 || r2.Outcome != topics.OutcomeNonRetryable {
+		t.Fatalf("attempt 2 after a non-retryable attempt 1: runs %d, reply %+v", h.runs.Load(), r2)
 	}
 }
 
@@ -393,12 +393,17 @@ func scenarioLateDuplicate(t *testing.T, b *backend, mode writeprotect.Mode) {
 		for _, cmd := range []*topics.Envelope{proc1, proc2, rev1} {
 			again := *cmd
 			again.Attempt = 2 // a re-sent command: the reply is addressed to it
+			if cmd == proc2 {
+				// A later attempt of a failed step runs again (issue 47):
+				// the late copy is of the failed attempt itself.
+				again.Attempt = 1
+			}
 			rep, err := g.Execute(ctx, &again, h.run(&again))
 			if err != nil || rep == nil {
 				t.Fatalf("late %s/%d: reply %+v, err %v; want the recorded reply", cmd.Kind, cmd.Span, rep, err)
 			}
 			want := *first[cmd]
-			want.Attempt = 2
+			want.Attempt = again.Attempt
 			if err := sameReply(&want, rep); err != nil {
 				t.Fatalf("late %s/%d: %v", cmd.Kind, cmd.Span, err)
 			}
