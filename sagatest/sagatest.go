@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/stacksaga-go/stacksaga/answer"
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/eventstore/memory"
@@ -121,10 +122,13 @@ type Env struct {
 	execs  map[attemptKey]int // handler executions
 	total  map[Execution]int  // handler executions over every attempt
 	delivs map[attemptKey]int // commands handed to guards
-	// results holds the outcome the guard replied for each attempt whose
-	// handler ran (its last run's): a later attempt may be answered with
-	// it, recorded by the guard, without running.
-	results map[attemptKey]topics.Outcome
+	// results holds what the guard replied for each attempt whose handler
+	// ran (its last run's): a later attempt may be answered with it,
+	// recorded by the guard, without running (answer.ForAttempt).
+	results map[attemptKey]answer.Recorded
+	// doubles describes the runs of a later attempt after an earlier
+	// attempt's run was answered with a reply that answers it too.
+	doubles []string
 	sagas   map[sagaRef]struct{} // sagas whose commands reached a guard
 
 	seed     int64
@@ -222,7 +226,7 @@ func New(t TB, opts ...Option) *Env {
 		execs:    make(map[attemptKey]int),
 		total:    make(map[Execution]int),
 		delivs:   make(map[attemptKey]int),
-		results:  make(map[attemptKey]topics.Outcome),
+		results:  make(map[attemptKey]answer.Recorded),
 		seed:     cfg.seed,
 		sagas:    make(map[sagaRef]struct{}),
 		twins:    rendezvous{slots: make(map[string]*meeting)},
@@ -372,19 +376,24 @@ func commandKey(cmd *topics.Envelope) attemptKey {
 	return attemptKey{Execution{TxID: cmd.TxID, Span: cmd.Span, Kind: cmd.Kind}, cmd.Attempt}
 }
 
-// ranWith records that x's handler ran and the guard answered outcome.
-func (e *Env) ranWith(x attemptKey, outcome topics.Outcome) {
+// ranWith records that x's handler ran and the guard answered reply.
+func (e *Env) ranWith(x attemptKey, reply *topics.Envelope) {
+	r := &topics.Envelope{Kind: x.Kind, Attempt: x.attempt, Outcome: reply.Outcome, Pause: reply.Pause, ActionDone: reply.ActionDone}
 	e.execMu.Lock()
-	e.results[x] = outcome
+	e.results[x] = answer.Recorded{Attempt: x.attempt, Reply: r}
 	e.execMu.Unlock()
 }
 
-// count records one execution of x.
+// count records one execution of x, and a double effect if an earlier
+// attempt's run was answered with a reply that answers x too.
 func (e *Env) count(x attemptKey) {
 	e.execMu.Lock()
 	n := e.execs[x] + 1
 	e.execs[x] = n
 	e.total[x.Execution]++
+	if r, ok := answeredEarlier(e.results, x); ok {
+		e.doubles = append(e.doubles, fmt.Sprintf("%s ran after attempt %d replied %s (a double effect)", x, r.Attempt, r.Reply.Outcome))
+	}
 	e.execMu.Unlock()
 	e.stats.executions.Add(1)
 	if n > 1 {
@@ -450,8 +459,8 @@ func (e *Env) AssertExactlyOnce() bool {
 	e.execMu.Lock()
 	counts, total, delivs, results := maps.Clone(e.execs), maps.Clone(e.total), maps.Clone(e.delivs), maps.Clone(e.results)
 	sagas := slices.Collect(maps.Keys(e.sagas))
+	bad := slices.Clone(e.doubles)
 	e.execMu.Unlock()
-	var bad []string
 	for x, n := range counts {
 		if n > 1 {
 			bad = append(bad, fmt.Sprintf("%s ran %d times", x, n))
@@ -478,7 +487,7 @@ func (e *Env) AssertExactlyOnce() bool {
 // neverRan reads the tryouts of sagas and describes every step whose
 // deciding reply (ok or non_retryable) answered an attempt that reached a
 // guard but never ran, null compensations excepted.
-func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, results map[attemptKey]topics.Outcome) ([]string, error) {
+func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, results map[attemptKey]answer.Recorded) ([]string, error) {
 	e.mu.Lock()
 	stores := make(map[sagaRef]eventstore.Store, len(e.orchs))
 	for _, o := range e.orchs {
@@ -523,7 +532,7 @@ func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Exe
 // re-sent the step while the first run's reply was late) with the reply
 // it recorded for the earlier one. A handler that failed retryably excuses
 // nothing.
-func unexecuted(txID string, tries []eventstore.Tryout, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, results map[attemptKey]topics.Outcome) []string {
+func unexecuted(txID string, tries []eventstore.Tryout, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, results map[attemptKey]answer.Recorded) []string {
 	final := make(map[Execution]eventstore.Tryout) // the deciding reply of each step
 	for _, tr := range tries {
 		if tr.Outcome == string(topics.OutcomeOK) || tr.Outcome == string(topics.OutcomeNonRetryable) {
@@ -770,12 +779,23 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // ranEarlierWith reports whether an attempt of k's step before k's own
-// ran its handler and was answered with outcome.
-func ranEarlierWith(results map[attemptKey]topics.Outcome, k attemptKey, outcome topics.Outcome) bool {
+// ran its handler and was answered with outcome, a reply that answers k
+// too (answer.ForAttempt).
+func ranEarlierWith(results map[attemptKey]answer.Recorded, k attemptKey, outcome topics.Outcome) bool {
+	r, ok := answeredEarlier(results, k)
+	return ok && r.Reply.Outcome == outcome
+}
+
+// answeredEarlier returns the earliest attempt of k's step before k's own
+// whose run was answered with a reply that, recorded by a guard, answers
+// k too (answer.ForAttempt: an ok reply that did not pause the saga, or a
+// failure that says the step's effect is in place).
+func answeredEarlier(results map[attemptKey]answer.Recorded, k attemptKey) (answer.Recorded, bool) {
+	cmd := &topics.Envelope{Kind: k.Kind, Attempt: k.attempt}
 	for a := range k.attempt {
-		if got, ok := results[attemptKey{k.Execution, a}]; ok && got == outcome {
-			return true
+		if r, ok := results[attemptKey{k.Execution, a}]; ok && answer.ForAttempt(cmd, r) == answer.Replay {
+			return r, true
 		}
 	}
-	return false
+	return answer.Recorded{}, false
 }

@@ -3,36 +3,81 @@ package sagatest
 import (
 	"testing"
 
+	"github.com/stacksaga-go/stacksaga/answer"
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
+// answered is the result of attempt 1 of x answered with outcome (paused:
+// the reply paused the saga).
+func answered(x Execution, outcome topics.Outcome, paused bool) map[attemptKey]answer.Recorded {
+	r := &topics.Envelope{Kind: x.Kind, Attempt: 1, Outcome: outcome}
+	if paused {
+		r.Pause = &topics.Pause{Event: "webhook", DeadlineMs: 1000}
+	}
+	return map[attemptKey]answer.Recorded{{x, 1}: {Attempt: 1, Reply: r}}
+}
+
 // A step whose deciding reply answered attempt 2 without its handler
 // running is excused only when attempt 1's handler returned that reply
-// (a step timeout re-sent the step while the first run's reply was late,
-// and the guard answered with the reply it recorded); a first run that
-// failed retryably excuses nothing.
+// and a guard may answer attempt 2 with it (a step timeout re-sent the
+// step while the first run's reply was late); a first run that failed, or
+// paused its saga, excuses nothing: attempt 2 must run.
 func TestUnexecutedExcusesOnlyARecordedEarlierResult(t *testing.T) {
 	x := Execution{TxID: "tx", Span: 0, Kind: topics.KindProcess}
-	tries := []eventstore.Tryout{
-		{TxID: "tx", Index: 1, Span: 0, Kind: string(topics.KindProcess), Attempt: 1, Outcome: string(topics.OutcomeRetryable)},
-		{TxID: "tx", Index: 2, Span: 0, Kind: string(topics.KindProcess), Attempt: 2, Outcome: string(topics.OutcomeOK)},
-	}
 	counts := map[attemptKey]int{{x, 1}: 1}
 	total := map[Execution]int{x: 1}
 	delivs := map[attemptKey]int{{x, 1}: 1, {x, 2}: 1}
 	for _, c := range []struct {
-		name  string
-		first topics.Outcome
-		want  int
+		name    string
+		first   topics.Outcome
+		paused  bool
+		decided topics.Outcome // attempt 2's reply, recorded in the tryouts
+		want    int
 	}{
-		{"first run ok, its reply late", topics.OutcomeOK, 0},
-		{"first run failed retryably", topics.OutcomeRetryable, 1},
+		{"first run ok, its reply late", topics.OutcomeOK, false, topics.OutcomeOK, 0},
+		{"first run failed retryably", topics.OutcomeRetryable, false, topics.OutcomeOK, 1},
+		{"first run failed for good (a restored saga)", topics.OutcomeNonRetryable, false, topics.OutcomeNonRetryable, 1},
+		{"first run paused, past its deadline", topics.OutcomeOK, true, topics.OutcomeOK, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			results := map[attemptKey]topics.Outcome{{x, 1}: c.first}
-			if got := unexecuted("tx", tries, counts, total, delivs, results); len(got) != c.want {
+			tries := []eventstore.Tryout{
+				{TxID: "tx", Index: 1, Span: 0, Kind: string(topics.KindProcess), Attempt: 1, Outcome: string(topics.OutcomeRetryable)},
+				{TxID: "tx", Index: 2, Span: 0, Kind: string(topics.KindProcess), Attempt: 2, Outcome: string(c.decided)},
+			}
+			if got := unexecuted("tx", tries, counts, total, delivs, answered(x, c.first, c.paused)); len(got) != c.want {
 				t.Fatalf("unexecuted = %q, want %d finding(s)", got, c.want)
+			}
+		})
+	}
+}
+
+// Item 8 of issue 47: a run of attempt 2 after attempt 1's run was
+// answered ok is a double effect; after a failure, or after a pause (the
+// step is invoked again past the pause's deadline, as the framework
+// documents), it is not.
+func TestDoubleEffectAcrossAttempts(t *testing.T) {
+	x := Execution{TxID: "tx", Span: 1, Kind: topics.KindProcess}
+	for _, c := range []struct {
+		name   string
+		first  topics.Outcome
+		paused bool
+		double bool
+	}{
+		{"after ok", topics.OutcomeOK, false, true},
+		{"after a pause, past its deadline", topics.OutcomeOK, true, false},
+		{"after a retryable failure", topics.OutcomeRetryable, false, false},
+		{"after a non-retryable failure", topics.OutcomeNonRetryable, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := &Env{execs: map[attemptKey]int{}, total: map[Execution]int{}, results: answered(x, c.first, c.paused)}
+			e.count(attemptKey{x, 2})
+			if got := len(e.doubles) == 1; got != c.double {
+				t.Fatalf("doubles = %q, want a double effect: %v", e.doubles, c.double)
+			}
+			e.count(attemptKey{x, 1}) // a second run of attempt 1 is a duplicate, counted apart
+			if len(e.doubles) > 1 {
+				t.Fatalf("doubles = %q after a run of attempt 1", e.doubles)
 			}
 		})
 	}

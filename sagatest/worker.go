@@ -557,7 +557,7 @@ func (g *instanceGuard) execute(ctx context.Context, cmd *topics.Envelope, run f
 	if ran && err == nil && reply != nil {
 		// What the guard answered for a run of the handler: it may answer
 		// a later attempt so too, from what it recorded.
-		e.ranWith(commandKey(cmd), reply.Outcome)
+		e.ranWith(commandKey(cmd), reply)
 	}
 	if crashAfter > 0 && g.crash(&e.stats.crashesBeforeReply) {
 		e.fault(FaultCrashBeforeReply, g.in, crashAfter, cmd)
