@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/stacksaga-go/stacksaga/answer/answertest"
+	"github.com/stacksaga-go/stacksaga/sqlbarrier"
 	"github.com/stacksaga-go/stacksaga/topics"
 )
 
@@ -131,4 +133,38 @@ func TestReadErrorIsTheDatabases(t *testing.T) {
 	if rep != nil || !errors.As(err, &pg) || pg.Code != "55P03" || strings.Contains(err.Error(), "keeps changing") {
 		t.Fatalf("Execute = %v, %v; want the lock timeout (55P03)", rep, err)
 	}
+}
+
+// barrierPath runs the answer gate's cases through the barrier, on real
+// PostgreSQL.
+type barrierPath struct {
+	db *sql.DB
+	b  *sqlbarrier.Barrier
+}
+
+func (p barrierPath) Command(txID string, kind topics.Kind, attempt int) *topics.Envelope {
+	return command(txID, 0, kind, attempt)
+}
+
+func (p barrierPath) Execute(t *testing.T, cmd *topics.Envelope, outcome topics.Outcome, pause bool) (bool, *topics.Envelope) {
+	h := &handler{outcome: outcome, pause: pause}
+	rep := execute(t, p.b, cmd, h)
+	return h.runs.Load() > 0, rep
+}
+
+func (p barrierPath) Corrupt(t *testing.T, cmd *topics.Envelope) {
+	if _, err := p.db.Exec(`UPDATE stacksaga_barrier SET reply = '\xc1c1'::bytea WHERE tx_id = $1 AND span = $2 AND kind = $3`, cmd.TxID, cmd.Span, string(cmd.Kind)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every case of the answer gate, through the barrier.
+func TestAnswerGate(t *testing.T) {
+	db, _ := openDB(t)
+	answertest.Run(t, func(t *testing.T) answertest.Path {
+		if _, err := db.Exec(`DELETE FROM stacksaga_barrier`); err != nil {
+			t.Fatal(err)
+		}
+		return barrierPath{db: db, b: newBarrier(t, db)}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/stacksaga-go/stacksaga/answer/answertest"
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/topics"
 	"github.com/stacksaga-go/stacksaga/writeprotect"
@@ -67,4 +68,61 @@ func scenarioLaterAttemptAfterFailure(t *testing.T, b *backend, mode writeprotec
 	if rep := execute(t, g, rev, h.run(rev)); rep.Outcome != topics.OutcomeOK || h.runs.Load() != 6 {
 		t.Fatalf("revert of a process with an unreadable reply: %+v after %d runs; want it run", rep, h.runs.Load())
 	}
+}
+
+// guardPath runs the answer gate's cases through a guard.
+type guardPath struct {
+	b     *backend
+	g     *writeprotect.Guard
+	scope eventstore.Scope
+}
+
+func (p guardPath) Command(txID string, kind topics.Kind, attempt int) *topics.Envelope {
+	cmd := command(p.scope, txID, 0, kind)
+	cmd.Attempt = attempt
+	return cmd
+}
+
+func (p guardPath) Execute(t *testing.T, cmd *topics.Envelope, outcome topics.Outcome, pause bool) (bool, *topics.Envelope) {
+	h := handler{outcome: outcome}
+	run := h.run(cmd)
+	rep := execute(t, p.g, cmd, func(ctx context.Context) *topics.Envelope {
+		r := run(ctx)
+		if pause {
+			r.Pause = &topics.Pause{Event: "webhook", DeadlineMs: 1000}
+		}
+		return r
+	})
+	return h.runs.Load() > 0, rep
+}
+
+func (p guardPath) Corrupt(t *testing.T, cmd *topics.Envelope) {
+	m := eventstore.Marker{MarkerKey: writeprotect.MarkerKeyFor(cmd), State: eventstore.MarkerCommitted, Owner: "newer-build", Reply: []byte{0xc1}}
+	if err := p.b.store.PutMarker(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runAnswerGate runs every case of the answer gate through a guard of
+// each mode on the backend newBackend returns.
+func runAnswerGate(t *testing.T, newBackend func(t *testing.T) *backend) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			answertest.Run(t, func(t *testing.T) answertest.Path {
+				b := newBackend(t)
+				return guardPath{b: b, g: b.guard(t, mode), scope: uniqueScope(t)}
+			})
+		})
+	}
+}
+
+// Every case of the answer gate, through both modes, on the memory store.
+func TestAnswerGateMemory(t *testing.T) {
+	runAnswerGate(t, func(t *testing.T) *backend { return memoryBackend(t) })
+}
+
+// Every case of the answer gate, through both modes, on real Cassandra.
+func TestAnswerGateCassandra(t *testing.T) {
+	b, _ := cassandraBackend(t)
+	runAnswerGate(t, func(*testing.T) *backend { return b })
 }
