@@ -57,7 +57,9 @@ func restoredCompensation(t *testing.T, opts ...sagatest.Option) {
 		return out, err
 	}
 	sagatest.Worker(env, pay, func(w *worker.Worker) error { return sqlbarrier.Register(w, barriers[pay], charge) })
-	sagatest.Worker(env, ship, func(w *worker.Worker) error { return sqlbarrier.Register(w, barriers[ship], ledgerEndpoint("ship", nil)) })
+	sagatest.Worker(env, ship, func(w *worker.Worker) error {
+		return sqlbarrier.Register(w, barriers[ship], ledgerEndpoint("ship", nil))
+	})
 	o := sagatest.Orchestrator(env, "orders-"+u, orchestrator.Domain[order]{Name: domain, OnNext: orchestrator.Sequence[order](
 		orchestrator.Step{Service: pay, Endpoint: "charge"},
 		orchestrator.Step{Service: ship, Endpoint: "ship"},
