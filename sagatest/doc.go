@@ -80,11 +80,20 @@
 // every record produced has been handled and committed by every consumer,
 // so that late duplicates are counted before a test looks at the counts;
 // AssertExactlyOnce settles first. It then checks both halves of "exactly
-// once", per attempt (a step re-driven after a retryable failure runs
-// again with the next attempt): no attempt of a step ran twice, and the
-// attempt whose reply ok or non_retryable its saga recorded in the event
-// store (the orchestrator's tryouts) did run, null compensations (of an
-// action that never ran) excepted.
+// once", per attempt: no attempt of a step ran twice, no later attempt ran
+// after an earlier one was answered ok (a double effect across attempts),
+// and the attempt whose reply ok or non_retryable its saga recorded in the
+// event store (the orchestrator's tryouts) did run, null compensations (of
+// an action that never ran) excepted.
+//
+// The re-invocations the framework documents run again with the next
+// attempt and are not double effects: a later attempt of a step whose
+// earlier attempt failed (retryably, the saga re-driven; or for good, the
+// saga restored after COMPENSATION_FAILED) and a later attempt of a step
+// whose earlier attempt paused its saga (invoked again after the pause's
+// deadline). A later attempt after an ok reply is answered by a guard with
+// that reply, without running. The rule is answer.ForAttempt's, the one
+// the guards follow.
 //
 // # Names
 //

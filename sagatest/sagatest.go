@@ -439,6 +439,10 @@ func (e *Env) DuplicateExecutions() int { return int(e.stats.duplicates.Load()) 
 // the test for every (transaction, span, kind, attempt)
 //
 //   - whose handler ran more than once, or
+//   - whose handler ran after an earlier attempt's run was answered with a
+//     reply that, by answer.ForAttempt, answers it too (ok, not paused): a
+//     double effect across attempts (see the package documentation for
+//     the re-invocations that are not), or
 //   - whose reply ok or non_retryable is the one the saga recorded for its
 //     step in the event store (the orchestrator's tryouts), although its
 //     handler never ran in that attempt while its command did reach a

@@ -20,7 +20,9 @@
 //     process's row as "voided" and replies ok without running the revert
 //     handler (null compensation); the process arriving later finds the
 //     voided row and runs nothing (hanging protection). A revert of a
-//     process that failed, and so committed nothing, runs nothing either.
+//     process that failed, and so committed nothing, runs nothing either;
+//     a revert of a process that committed runs, even when the process's
+//     recorded reply cannot be read (a row of a newer build).
 //     A revert that finds no process row but says the orchestrator holds
 //     the process's ok reply (topics.Envelope.ActionDone, which this
 //     project's orchestrator sets on every revert: it compensates completed
@@ -28,7 +30,12 @@
 //     than the saga, or the process ran before the step used the barrier;
 //   - a retryable error rolls everything back and records nothing, so the
 //     re-driven step runs again; a non-retryable one rolls the business
-//     writes back and records the failure reply.
+//     writes back and records the failure reply, which answers the
+//     duplicates of that attempt: a later attempt (a saga restored after
+//     COMPENSATION_FAILED) runs again, as does a later attempt of a step
+//     that paused its saga. Which recorded outcome answers an attempt is
+//     the answer package's rule (answer.ForAttempt, answer.Compensates),
+//     shared with writeprotect and sagatest.
 //
 // The guarantee covers the writes made through the *sql.Tx only: calls to
 // other systems from inside the handler (HTTP, another database) are not

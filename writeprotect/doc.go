@@ -59,9 +59,14 @@
 //
 // Outcomes: every reply is committed, ok, non-retryable and retryable
 // alike, under the attempt that produced it. A duplicate of that attempt
-// re-sends the recorded retryable reply without running the step; the
+// re-sends the recorded reply without running the step; the
 // orchestrator's next attempt (a higher topics.Envelope.Attempt: the saga
-// re-driven) supersedes the record and runs the step (Stats.Superseded).
+// re-driven, or restored after COMPENSATION_FAILED) of a step whose
+// recorded attempt failed, retryably or not, supersedes the record and
+// runs the step (Stats.Superseded): a failed attempt left no effect. A
+// later attempt of a step recorded ok gets the recorded reply. The rule is
+// the answer package's (answer.ForAttempt; answer.Compensates for a
+// compensation), shared with sqlbarrier and sagatest.
 // So does the next attempt of a step whose record paused its saga (the
 // step invoked again after the pause's deadline). STRICT removes the
 // superseded record with a conditional delete (DELETE ... IF state = ? AND
@@ -157,12 +162,15 @@
 //
 // As dtm's sub-transaction barrier does: a compensation first looks at the
 // marker of the action it compensates. Committed: the compensation runs,
-// guarded like any step. A live lease on the action (STRICT: it is
-// running) is waited for. Committed with a retryable outcome (the action's
-// last attempt failed, transiently): the action did not complete, so
-// without ActionDone it counts as absent (below) and the record is
-// removed, conditionally, to record the null compensation in its place;
-// with ActionDone the compensation runs.
+// guarded like any step (also when the action's recorded reply cannot be
+// decoded: its effect is in place). A live lease on the action (STRICT: it
+// is running) is waited for. Committed with a failure, retryable or not
+// (the action's last attempt failed: it left no effect), unless that
+// failure says the action's effect is in place (ActionDone): the action
+// did not complete, so without ActionDone on the compensation it counts
+// as absent (below) and the record is removed, conditionally, to record
+// the null compensation in its place; with ActionDone the compensation
+// runs (answer.Compensates).
 //
 // Absent, and the command carries topics.Envelope.ActionDone (the
 // orchestrator holds the action's ok reply, or a failure that says the
