@@ -317,7 +317,7 @@ func (x *execution) barrier(ctx context.Context) (reply *topics.Envelope, done b
 			// attempt of the action replaced it meanwhile, and
 			// COMPENSATED_EMPTY inserted in its place.
 			if _, _, err := x.g.store.DeleteMarkerIf(ctx, pk, m.State, m.Owner); err != nil {
-				return nil, true, x.fail("remove the retryable record of the action", err)
+				return nil, true, x.fail("remove the failed record of the action", err)
 			}
 		case eventstore.MarkerCompensatedEmpty:
 			if answer.Compensates(x.cmd, answer.Process{Found: true, Voided: true}) {
@@ -501,9 +501,9 @@ func (x *execution) existing(ctx context.Context, m eventstore.Marker, w *waiter
 		// The recorded attempt failed or paused its saga, and this is a
 		// later attempt (the saga re-driven or restored, or the step
 		// invoked again after the pause's deadline): it must run, not
-		// replay the record. RELAXED writes over it. STRICT removes it, on condition
-		// that it is still that record: of two deliveries of this attempt
-		// only one removes it, the other then finds its lease.
+		// replay the record. RELAXED writes over it. STRICT removes it, on
+		// condition that it is still that record: of two deliveries of
+		// this attempt only one removes it, the other then finds its lease.
 		if x.policy.Mode != Strict {
 			x.g.stats.superseded.Add(1)
 			return nil, takeOver, nil
