@@ -84,7 +84,7 @@
 // after an earlier one was answered ok (a double effect across attempts),
 // and the attempt whose reply ok or non_retryable its saga recorded in the
 // event store (the orchestrator's tryouts) did run, null compensations (of
-// an action that never ran) excepted.
+// an action that never ran, or failed) excepted.
 //
 // The re-invocations the framework documents run again with the next
 // attempt and are not double effects: a later attempt of a step whose

@@ -122,6 +122,10 @@ type Env struct {
 	execs  map[attemptKey]int // handler executions
 	total  map[Execution]int  // handler executions over every attempt
 	delivs map[attemptKey]int // commands handed to guards
+	// actionDone holds the attempts of reverts delivered with
+	// topics.Envelope.ActionDone (the orchestrator holds the action's ok
+	// reply).
+	actionDone map[attemptKey]bool
 	// results holds what the guard replied for each attempt whose handler
 	// ran (its last run's): a later attempt may be answered with it,
 	// recorded by the guard, without running (answer.ForAttempt).
@@ -215,22 +219,23 @@ func New(t TB, opts ...Option) *Env {
 		return nil
 	}
 	e := &Env{
-		t:        t,
-		cfg:      cfg,
-		log:      cfg.logger,
-		services: make(map[string]*Service),
-		orchs:    make(map[string]orchRef),
-		relays:   make(map[string]*relay),
-		staging:  make(map[string]string),
-		cmdTopic: make(map[string]bool),
-		execs:    make(map[attemptKey]int),
-		total:    make(map[Execution]int),
-		delivs:   make(map[attemptKey]int),
-		results:  make(map[attemptKey]answer.Recorded),
-		seed:     cfg.seed,
-		sagas:    make(map[sagaRef]struct{}),
-		twins:    rendezvous{slots: make(map[string]*meeting)},
-		wake:     make(chan struct{}, 1),
+		t:          t,
+		cfg:        cfg,
+		log:        cfg.logger,
+		services:   make(map[string]*Service),
+		orchs:      make(map[string]orchRef),
+		relays:     make(map[string]*relay),
+		staging:    make(map[string]string),
+		cmdTopic:   make(map[string]bool),
+		execs:      make(map[attemptKey]int),
+		total:      make(map[Execution]int),
+		delivs:     make(map[attemptKey]int),
+		results:    make(map[attemptKey]answer.Recorded),
+		actionDone: make(map[attemptKey]bool),
+		seed:       cfg.seed,
+		sagas:      make(map[sagaRef]struct{}),
+		twins:      rendezvous{slots: make(map[string]*meeting)},
+		wake:       make(chan struct{}, 1),
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
@@ -366,6 +371,9 @@ func (e *Env) delivered(cmd *topics.Envelope) {
 	ref := sagaRef{eventstore.Scope{Region: cmd.Region, Cluster: cmd.Cluster, Service: cmd.Service}, cmd.Domain, cmd.TxID}
 	e.execMu.Lock()
 	e.delivs[x]++
+	if cmd.ActionDone {
+		e.actionDone[x] = true
+	}
 	e.sagas[ref] = struct{}{}
 	e.execMu.Unlock()
 	e.stats.deliveries.Add(1)
@@ -448,10 +456,12 @@ func (e *Env) DuplicateExecutions() int { return int(e.stats.duplicates.Load()) 
 //     handler never ran in that attempt while its command did reach a
 //     guard of the harness (a guard that replied without running the
 //     step; that an earlier attempt ran does not excuse it). A
-//     compensation whose action never ran under the harness may reply ok
-//     without running: that is a null compensation. One whose action ran
-//     (even if it then failed, say with a reply too large to send, which
-//     makes the orchestrator compensate it) must run.
+//     compensation whose action never ran under the harness, or ran and
+//     was answered with a failure, may reply ok without running: that is
+//     a null compensation (answer.Compensates). One whose action ran and
+//     was answered ok (even if its reply then proved too large to send,
+//     which makes the orchestrator compensate it), or whose command says
+//     that the orchestrator holds the action's ok reply, must run.
 //
 // The tryouts are read once per saga whose commands reached a worker of
 // the env, for the sagas of orchestrators started with Orchestrator. It
@@ -461,7 +471,8 @@ func (e *Env) AssertExactlyOnce() bool {
 	e.t.Helper()
 	e.Settle()
 	e.execMu.Lock()
-	counts, total, delivs, results := maps.Clone(e.execs), maps.Clone(e.total), maps.Clone(e.delivs), maps.Clone(e.results)
+	counts, total, delivs := maps.Clone(e.execs), maps.Clone(e.total), maps.Clone(e.delivs)
+	runs := runs{results: maps.Clone(e.results), actionDone: maps.Clone(e.actionDone)}
 	sagas := slices.Collect(maps.Keys(e.sagas))
 	bad := slices.Clone(e.doubles)
 	e.execMu.Unlock()
@@ -470,7 +481,7 @@ func (e *Env) AssertExactlyOnce() bool {
 			bad = append(bad, fmt.Sprintf("%s ran %d times", x, n))
 		}
 	}
-	never, err := e.neverRan(sagas, counts, total, delivs, results)
+	never, err := e.neverRan(sagas, counts, total, delivs, runs)
 	if err != nil {
 		e.t.Errorf("sagatest: AssertExactlyOnce: %v", err)
 	}
@@ -491,7 +502,7 @@ func (e *Env) AssertExactlyOnce() bool {
 // neverRan reads the tryouts of sagas and describes every step whose
 // deciding reply (ok or non_retryable) answered an attempt that reached a
 // guard but never ran, null compensations excepted.
-func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, results map[attemptKey]answer.Recorded) ([]string, error) {
+func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, runs runs) ([]string, error) {
 	e.mu.Lock()
 	stores := make(map[sagaRef]eventstore.Store, len(e.orchs))
 	for _, o := range e.orchs {
@@ -522,7 +533,7 @@ func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Exe
 				errs = append(errs, fmt.Errorf("tryouts of %s: %w", ref.txID, err))
 				return
 			}
-			out = append(out, unexecuted(ref.txID, tries, counts, total, delivs, results)...)
+			out = append(out, unexecuted(ref.txID, tries, counts, total, delivs, runs)...)
 		})
 	}
 	wg.Wait()
@@ -536,7 +547,7 @@ func (e *Env) neverRan(sagas []sagaRef, counts map[attemptKey]int, total map[Exe
 // re-sent the step while the first run's reply was late) with the reply
 // it recorded for the earlier one. A handler that failed retryably excuses
 // nothing.
-func unexecuted(txID string, tries []eventstore.Tryout, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, results map[attemptKey]answer.Recorded) []string {
+func unexecuted(txID string, tries []eventstore.Tryout, counts map[attemptKey]int, total map[Execution]int, delivs map[attemptKey]int, runs runs) []string {
 	final := make(map[Execution]eventstore.Tryout) // the deciding reply of each step
 	for _, tr := range tries {
 		if tr.Outcome == string(topics.OutcomeOK) || tr.Outcome == string(topics.OutcomeNonRetryable) {
@@ -546,12 +557,11 @@ func unexecuted(txID string, tries []eventstore.Tryout, counts map[attemptKey]in
 	var out []string
 	for x, tr := range final {
 		k := attemptKey{x, tr.Attempt}
-		if counts[k] > 0 || delivs[k] == 0 || ranEarlierWith(results, k, topics.Outcome(tr.Outcome)) {
+		if counts[k] > 0 || delivs[k] == 0 || ranEarlierWith(runs.results, k, topics.Outcome(tr.Outcome)) {
 			continue
 		}
-		action := Execution{TxID: txID, Span: x.Span, Kind: topics.KindProcess}
-		if x.Kind == topics.KindRevert && total[action] == 0 {
-			continue // a null compensation: its action never ran here
+		if x.Kind == topics.KindRevert && !runs.compensates(k, total) {
+			continue // a null compensation: its action never ran here, or failed
 		}
 		out = append(out, fmt.Sprintf("%s replied %s, but its handler never ran (%d deliveries)", k, tr.Outcome, delivs[k]))
 	}
@@ -788,6 +798,31 @@ func (w testWriter) Write(p []byte) (int, error) {
 func ranEarlierWith(results map[attemptKey]answer.Recorded, k attemptKey, outcome topics.Outcome) bool {
 	r, ok := answeredEarlier(results, k)
 	return ok && r.Reply.Outcome == outcome
+}
+
+// runs is what the guards answered for the runs of the handlers, and
+// which reverts said that the orchestrator holds their action's ok reply.
+type runs struct {
+	results    map[attemptKey]answer.Recorded
+	actionDone map[attemptKey]bool
+}
+
+// compensates reports whether the revert k must run (answer.Compensates):
+// its action ran under the harness and the guard's answer to its last run
+// says its effect may be in place (no answer, as after a crash in the
+// handler, counts as in place), or the revert said that the orchestrator
+// holds the action's ok reply.
+func (r runs) compensates(k attemptKey, total map[Execution]int) bool {
+	action := Execution{TxID: k.TxID, Span: k.Span, Kind: topics.KindProcess}
+	cmd := &topics.Envelope{Kind: topics.KindRevert, Attempt: k.attempt, ActionDone: r.actionDone[k]}
+	p := answer.Process{Found: total[action] > 0}
+	last := 0
+	for a, rec := range r.results {
+		if a.Execution == action && a.attempt > last {
+			last, p.Recorded = a.attempt, rec
+		}
+	}
+	return answer.Compensates(cmd, p)
 }
 
 // answeredEarlier returns the earliest attempt of k's step before k's own

@@ -45,7 +45,7 @@ func TestUnexecutedExcusesOnlyARecordedEarlierResult(t *testing.T) {
 				{TxID: "tx", Index: 1, Span: 0, Kind: string(topics.KindProcess), Attempt: 1, Outcome: string(topics.OutcomeRetryable)},
 				{TxID: "tx", Index: 2, Span: 0, Kind: string(topics.KindProcess), Attempt: 2, Outcome: string(c.decided)},
 			}
-			if got := unexecuted("tx", tries, counts, total, delivs, answered(x, c.first, c.paused)); len(got) != c.want {
+			if got := unexecuted("tx", tries, counts, total, delivs, runs{results: answered(x, c.first, c.paused)}); len(got) != c.want {
 				t.Fatalf("unexecuted = %q, want %d finding(s)", got, c.want)
 			}
 		})
@@ -78,6 +78,44 @@ func TestDoubleEffectAcrossAttempts(t *testing.T) {
 			e.count(attemptKey{x, 1}) // a second run of attempt 1 is a duplicate, counted apart
 			if len(e.doubles) > 1 {
 				t.Fatalf("doubles = %q after a run of attempt 1", e.doubles)
+			}
+		})
+	}
+}
+
+// A compensation that replied ok without running is excused (a null
+// compensation) only where the answer gate (answer.Compensates) lets a
+// guard answer it so: its action never ran, or ran and failed, and the
+// revert does not say that the orchestrator holds the action's ok reply.
+func TestUnexecutedRevertFollowsTheGate(t *testing.T) {
+	action := Execution{TxID: "tx", Span: 0, Kind: topics.KindProcess}
+	rev := Execution{TxID: "tx", Span: 0, Kind: topics.KindRevert}
+	tries := []eventstore.Tryout{{TxID: "tx", Index: 3, Span: 0, Kind: string(topics.KindRevert), Attempt: 1, Outcome: string(topics.OutcomeOK)}}
+	delivs := map[attemptKey]int{{rev, 1}: 1}
+	for _, c := range []struct {
+		name       string
+		ran        bool
+		answer     topics.Outcome // "": the action's run got no answer (a crash)
+		actionDone bool
+		want       int
+	}{
+		{"action never ran", false, "", false, 0},
+		{"action ran ok", true, topics.OutcomeOK, false, 1},
+		{"action ran and failed", true, topics.OutcomeNonRetryable, false, 0},
+		{"action ran and failed, the revert says it holds its ok reply", true, topics.OutcomeNonRetryable, true, 1},
+		{"action ran without an answer", true, "", false, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			total := map[Execution]int{}
+			r := runs{results: map[attemptKey]answer.Recorded{}, actionDone: map[attemptKey]bool{{rev, 1}: c.actionDone}}
+			if c.ran {
+				total[action] = 1
+			}
+			if c.answer != "" {
+				r.results = answered(action, c.answer, false)
+			}
+			if got := unexecuted("tx", tries, map[attemptKey]int{}, total, delivs, r); len(got) != c.want {
+				t.Fatalf("unexecuted = %q, want %d finding(s)", got, c.want)
 			}
 		})
 	}
