@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,4 +144,72 @@ func restoredCompensation(t *testing.T, n names, opts ...sagatest.Option) {
 		t.Fatalf("refund ran %d times at attempt 1, %d at attempt 2; want once each", a1, a2)
 	}
 	env.AssertExactlyOnce()
+}
+
+// pauseClock is the orchestrator's clock of the pause test, moved by hand.
+type pauseClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *pauseClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *pauseClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// Item 8 of issue 47, the exception: a step that paused its saga is
+// invoked again, with the next attempt, after the pause's deadline (a
+// re-invocation the framework documents): attempt 2 running after attempt
+// 1 replied ok with a pause is not a double effect.
+func TestAssertExactlyOnceAcceptsTheReinvocationAfterAPauseDeadline(t *testing.T) {
+	env := sagatest.New(t)
+	var charges atomic.Int32
+	step := func(name string) worker.Endpoint[Order] {
+		return worker.Endpoint[Order]{Name: name,
+			Process: func(_ context.Context, s *worker.Step, o Order) (Order, error) {
+				if name == "charge" && charges.Add(1) == 1 {
+					s.Pause("PAYMENT_AUTHORISATION", time.Minute)
+				}
+				return o, nil
+			},
+			Revert: func(_ context.Context, _ *worker.Step, o Order) (Order, error) { return o, nil },
+		}
+	}
+	for svc, ep := range map[string]string{fixed.inventory: "reserve", fixed.payment: "charge", fixed.shipping: "ship"} {
+		sagatest.Worker(env, svc, func(w *worker.Worker) error { return worker.Register(w, step(ep)) })
+	}
+	cfg := recovery.DefaultConfig()
+	cfg.Retry.Default.InitialInterval = 0 // the window path, on the fake clock
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	clock := &pauseClock{t: time.Now().UTC()}
+	o := sagatest.Orchestrator(env, fixed.order, fixed.saga(), orchestrator.WithClock(clock.now),
+		orchestrator.WithRecovery(cfg), orchestrator.WithRetryNode())
+	id, err := o.Start(t.Context(), Order{ID: "paused"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the saga paused", func() bool {
+		s, err := o.Get(t.Context(), id)
+		return err == nil && s.State == eventstore.StatePaused
+	})
+	waitFor(t, "the deadline re-invoking charge", func() bool {
+		clock.advance(time.Minute)
+		if _, err := o.RecoveryEngine().Scan(t.Context()); err != nil {
+			t.Logf("scan: %v", err)
+		}
+		return charges.Load() >= 2
+	})
+	if s := env.WaitTerminal(o, id)[id]; s != eventstore.StateCompleted {
+		t.Fatalf("saga ended %s", s)
+	}
+	if a1, a2 := env.AttemptExecutions(id, 1, topics.KindProcess, 1), env.AttemptExecutions(id, 1, topics.KindProcess, 2); a1 != 1 || a2 != 1 {
+		t.Fatalf("charge ran %d times at attempt 1, %d at attempt 2; want once each", a1, a2)
+	}
+	if !env.AssertExactlyOnce() {
+		t.Fatal("AssertExactlyOnce refused the re-invocation after the pause's deadline")
+	}
 }
