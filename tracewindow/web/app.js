@@ -418,11 +418,12 @@
         fact('Version', s.version),
         s.lifetime_start ? fact('Lifetime since', fmtTime(s.lifetime_start)) : null,
         s.paused_until ? fact('Paused until', fmtTime(s.paused_until)) : null,
-        s.restore_watchdog ? fact('Restore watchdog', s.restore_watchdog.day + ' slot ' + s.restore_watchdog.minute_of_day + ' bucket ' + s.restore_watchdog.bucket) : null,
+        s.restore_watchdog ? fact('Restore watchdog', (s.restore_watchdog.window_start ? 'due ' + fmtTime(s.restore_watchdog.window_start) + ' – ' + fmtTime(s.restore_watchdog.window_end) : s.restore_watchdog.day + ' slot ' + s.restore_watchdog.minute_of_day) + ' · bucket ' + s.restore_watchdog.bucket, 'saga-watchdog') : null,
         s.frozen ? fact('Frozen', fmtTime(s.frozen.frozen_at) + ' as ' + s.frozen.state) : null,
         s.trace_id ? fact('Trace id', s.trace_id, 'saga-trace-id') : null,
         traceLink(s)),
-      s.error ? el('div', { class: 'error-box', id: 'saga-error', text: (s.state === 'COMPLETED' ? 'last error (the saga recovered from it): ' : '') + s.error }) : null,
+      s.error ? el('div', { class: 'error-box', id: 'saga-error', text: s.error }) : null,
+      s.last_error ? el('div', { class: 'muted', id: 'saga-last-error', text: 'history: an earlier attempt failed with "' + s.last_error + '"; the saga went on (see its steps)' }) : null,
       s.frozen && s.frozen.reason && s.frozen.reason !== s.error ? el('div', { class: 'error-box', text: 'frozen: ' + s.frozen.reason }) : null,
       actionButtons(d));
     view.appendChild(head);
