@@ -344,7 +344,7 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	// Arguments first: a usage error needs no store.
 	var what string // list: the list; show, restore, resume: the TXID
 	var lf listFilter
-	var key string  // resume: the correlation key
+	var key string // resume: the correlation key
 	var rc map[string]string
 	var kafkaOpts []kgo.Opt // cancel, terminate: TLS and SASL
 	switch cmd {
