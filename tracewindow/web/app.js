@@ -256,7 +256,7 @@
     var domainSel = el('select', { id: 'f-domain', name: 'domain' }, el('option', { value: '', text: 'All domains' }));
     var stateSel = el('select', { id: 'f-state', name: 'state' },
       el('option', { value: '', text: 'Any state' }),
-      el('option', { value: IN_FLIGHT, text: 'In flight' }),
+      el('option', { value: IN_FLIGHT, text: 'In flight (not ended)', title: 'every state but COMPLETED, COMPENSATED, COMPENSATION_FAILED and TERMINATED; DISABLED included' }),
       S.config.states.map(function (s) { return el('option', { value: s, text: s }); }));
     var from = el('input', { id: 'f-from', name: 'from', type: 'datetime-local' });
     var to = el('input', { id: 'f-to', name: 'to', type: 'datetime-local' });
