@@ -47,7 +47,7 @@ type listFilter struct {
 	olderThan, newerThan time.Duration
 }
 
-// filtersOf names the filter flags (those only in-flight and all take).
+// filterFlags are the flags only list in-flight and list all take.
 var filterFlags = []string{"state", "domain", "business-key", "older-than", "newer-than"}
 
 // parseList checks list's arguments; code is exitOK or the usage error's.
