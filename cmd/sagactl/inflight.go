@@ -150,10 +150,11 @@ func joinStates(ss []eventstore.State) string {
 	return strings.Join(parts, ", ")
 }
 
-// keepState is the state test of lf (nil: any state of the list).
+// keepState is the state test of lf: its states, else every state that
+// has not ended (tracewindow.Unended, what in flight means).
 func (lf listFilter) keepState() func(eventstore.State) bool {
 	if len(lf.states) == 0 {
-		return nil
+		return tracewindow.Unended
 	}
 	return func(st eventstore.State) bool { return slices.Contains(lf.states, st) }
 }

@@ -56,26 +56,39 @@ var killPlan = []struct {
 
 const killPerGroup = 4
 
-// TestKillChild is the child process of TestKillRestartListsEverySaga; it
-// does nothing in a normal run.
-func TestKillChild(t *testing.T) {
+// TestMain runs the test binary as the child process of
+// TestKillRestartListsEverySaga when killMode says so, else the tests.
+func TestMain(m *testing.M) {
 	switch os.Getenv(killMode) {
 	case "orchestrate":
-		killOrchestrate(t)
+		killOrchestrate(childFatal{}) // until SIGKILL
 	case "restart":
-		killRestart(t)
+		killRestart(childFatal{})
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
 }
 
-func killEnv(t *testing.T) (cassandra.Config, eventstore.Scope, bool) {
+// fataler is what the child's steps need of a *testing.T.
+type fataler interface{ Fatal(args ...any) }
+
+// childFatal ends the child process on an error.
+type childFatal struct{}
+
+func (childFatal) Fatal(args ...any) {
+	fmt.Fprintln(os.Stderr, append([]any{"kill test child:"}, args...)...)
+	os.Exit(1)
+}
+
+func killEnv() (cassandra.Config, eventstore.Scope, bool) {
 	return cassandra.Config{ContactPoints: strings.Split(os.Getenv(killHosts), ","), Keyspace: os.Getenv(killKeyspace)},
 		eventstore.Scope{Region: "eu", Cluster: "c1", Service: os.Getenv(killService)}, os.Getenv(killRepair) == "1"
 }
 
 // killOrchestrate writes the sagas of killPlan as the orchestrator does,
 // prints killWritten and waits to be killed.
-func killOrchestrate(t *testing.T) {
-	cfg, scope, repair := killEnv(t)
+func killOrchestrate(t fataler) {
+	cfg, scope, repair := killEnv()
 	ctx := context.Background()
 	store, err := cassandra.New(ctx, cfg)
 	if err != nil {
@@ -143,8 +156,8 @@ func killOrchestrate(t *testing.T) {
 
 // killRestart is the restarted process: a new index, Repair (when the
 // fix is on), then Close (which writes its queue).
-func killRestart(t *testing.T) {
-	cfg, scope, repair := killEnv(t)
+func killRestart(t fataler) {
+	cfg, scope, repair := killEnv()
 	ctx := context.Background()
 	store, err := cassandra.New(ctx, cfg)
 	if err != nil {
@@ -175,9 +188,6 @@ func killRestart(t *testing.T) {
 // the write-through of ends and without Repair shows the loss the fix
 // closes (sagas missing, an ended saga counted in flight).
 func TestKillRestartListsEverySaga(t *testing.T) {
-	if os.Getenv(killMode) != "" {
-		t.Skip("child process")
-	}
 	for _, fixed := range []bool{true, false} {
 		t.Run(map[bool]string{true: "repaired", false: "without the fix"}[fixed], func(t *testing.T) {
 			hosts, ks := testenv.CassandraKeyspace(t)
@@ -215,7 +225,7 @@ func TestKillRestartListsEverySaga(t *testing.T) {
 // returns the sagas the child wrote, with their planned state.
 func killChild(t *testing.T, env []string) map[string]eventstore.State {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = env
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -262,7 +272,7 @@ func killChild(t *testing.T, env []string) map[string]eventstore.State {
 // runChild runs the child to its end.
 func runChild(t *testing.T, env []string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1", "-test.v")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
