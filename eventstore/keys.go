@@ -115,6 +115,19 @@ type BusinessKeys interface {
 	DeleteBusinessKey(ctx context.Context, id BusinessKeyID, owner string) (applied bool, existing BusinessKey, err error)
 }
 
+// BusinessKeyReader is an optional part of a Store: reading the claim of a
+// business key, to find the saga it names (sagactl list --business-key).
+// Both stores of this module implement it; the conformance suite checks it
+// on stores that have it.
+type BusinessKeyReader interface {
+	// GetBusinessKey returns the live row of id, every field set, or an
+	// error wrapping ErrNotFound when there is none (never claimed,
+	// released or expired). id is checked as BusinessKeyID.Validate says
+	// (ErrInvalid). The Cassandra store reads at its read consistency: a
+	// claim whose LWT is still in progress may not be seen yet.
+	GetBusinessKey(ctx context.Context, id BusinessKeyID) (BusinessKey, error)
+}
+
 // ValidateOwner checks the owner of a conditional business-key write: not
 // empty.
 func ValidateOwner(owner string) error {

@@ -595,6 +595,10 @@ func TestBrowserTraceWindow(t *testing.T) {
 	if n := eval[int](b, `document.querySelectorAll('#retries tbody tr').length`); n != 2 {
 		t.Fatalf("retry audit rows %d, want 2", n)
 	}
+	// It COMPLETED: the failed attempt's error is history, not its error.
+	if e := eval[string](b, `(document.getElementById('saga-error') ? 'error: ' + document.getElementById('saga-error').textContent : '') + (document.getElementById('saga-last-error') || {}).textContent`); !strings.HasPrefix(e, "history: an earlier attempt failed") {
+		t.Fatalf("the retried saga's error shown as %q, want it as history", e)
+	}
 	b.screenshot("saga-retried")
 	b.noErrors("retried saga")
 

@@ -67,5 +67,9 @@
 // descending, so every read names one partition and a clustering range:
 // no ALLOW FILTERING, no scan. The orchestrator feeds the index through
 // Listener; the Cassandra index writes asynchronously, in batches, off the
-// reply path.
+// reply path, but for a saga's end, which it writes through before the
+// orchestrator deletes the saga's watchdog. A process killed with entries
+// queued loses them until Repair, run at the next start, writes them again
+// from the store (the recovery directory names every saga whose end the
+// index may lack).
 package tracewindow

@@ -618,7 +618,7 @@ type ListQuery struct {
 }
 
 // inFlightAlias is the state filter value that means every state in
-// flight.
+// flight: every state that has not ended (Unended), DISABLED included.
 const inFlightAlias = "in_flight"
 
 // parseList reads the list parameters; its error is the 400 message.
@@ -655,8 +655,8 @@ func (h *Handler) parseList(r *http.Request) (Query, error) {
 			switch {
 			case s == "":
 			case strings.EqualFold(s, inFlightAlias):
-				for _, st := range States {
-					if InFlight(st) && !slices.Contains(q.States, st) {
+				for _, st := range UnendedStates() {
+					if !slices.Contains(q.States, st) {
 						q.States = append(q.States, st)
 					}
 				}
@@ -729,16 +729,15 @@ func (h *Handler) apiList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	page, err := h.recent(r.Context(), q)
+	page, moved, err := List(r.Context(), h.store, h.cfg.index, q)
+	// Write the states read from the store back, so that the health
+	// counts (read from the index) agree with what this list shows.
+	h.learned(r.Context(), moved...)
 	if err != nil {
 		h.storeError(w, "list sagas", err)
 		return
 	}
-	entries, err := h.verify(r.Context(), page.Entries, q.States)
-	if err != nil {
-		h.storeError(w, "list sagas: read states", err)
-		return
-	}
+	entries := page.Entries
 	now := h.cfg.now()
 	doc := ListDoc{Sagas: make([]ListRow, 0, len(entries)), Next: page.Next, Scanned: page.Scanned,
 		Query: ListQuery{Domain: q.Domain, States: q.States, From: q.From, To: q.To, After: q.After, Limit: q.Limit}}
@@ -750,115 +749,6 @@ func (h *Handler) apiList(w http.ResponseWriter, r *http.Request) {
 		doc.Sagas = append(doc.Sagas, ListRow{Entry: e, DurationMS: ms(end.Sub(e.CreatedAt))})
 	}
 	writeJSON(w, http.StatusOK, doc)
-}
-
-// recent runs q on the index; an empty domain merges every domain's page.
-func (h *Handler) recent(ctx context.Context, q Query) (Page, error) {
-	if q.Domain != "" {
-		return h.cfg.index.Recent(ctx, q)
-	}
-	domains, err := h.cfg.index.Domains(ctx, q.Scope)
-	if err != nil {
-		return Page{}, err
-	}
-	var all []Entry
-	var out Page
-	floor := "" // every domain is read down to here
-	for _, d := range domains {
-		dq := q
-		dq.Domain = d
-		p, err := h.cfg.index.Recent(ctx, dq)
-		if err != nil {
-			return Page{}, err
-		}
-		out.Scanned += p.Scanned
-		all = append(all, p.Entries...)
-		if p.Next != "" && p.Next > floor {
-			floor = p.Next
-		}
-	}
-	slices.SortFunc(all, func(a, b Entry) int { return strings.Compare(b.TxID, a.TxID) })
-	if floor != "" {
-		i := 0
-		for i < len(all) && all[i].TxID >= floor {
-			i++
-		}
-		all = all[:i]
-	}
-	if len(all) > q.Limit {
-		all = all[:q.Limit]
-		out.Next = all[q.Limit-1].TxID
-	} else {
-		out.Next = floor
-	}
-	out.Entries = all
-	return out, nil
-}
-
-// verify reads the live state of each entry from the store (the index is
-// fed asynchronously and misses changes made without the orchestrator,
-// such as sagactl restore); an entry whose state moved is refreshed from
-// the saga row, written back to the index (learned: the health counts,
-// read from the index, then agree with the list), and dropped when it no
-// longer passes the state filter.
-func (h *Handler) verify(ctx context.Context, entries []Entry, states []eventstore.State) ([]Entry, error) {
-	sr, ok := h.store.(eventstore.StateReader)
-	if !ok || len(entries) == 0 {
-		return entries, nil
-	}
-	out := make([]*Entry, len(entries))
-	sem := make(chan struct{}, verifyParallelism)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	var moved []Entry // entries whose state the index had not seen
-	for i := range entries {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			e := entries[i]
-			st, err := sr.TransactionState(ctx, h.scope, e.TxID)
-			if err == nil && st != e.State {
-				var tx eventstore.Transaction
-				if tx, err = h.store.LoadTransaction(ctx, h.scope, e.TxID); err == nil {
-					e = EntryOf(&tx)
-					mu.Lock()
-					moved = append(moved, e)
-					mu.Unlock()
-				}
-			}
-			switch {
-			case errors.Is(err, eventstore.ErrNotFound):
-				return
-			case err != nil:
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				return
-			}
-			if stateIn(e.State, states) {
-				out[i] = &e
-			}
-		}()
-	}
-	wg.Wait()
-	// Write them back, so that the health counts (read from the index)
-	// agree with what this list shows.
-	h.learned(ctx, moved...)
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	kept := make([]Entry, 0, len(entries))
-	for _, e := range out {
-		if e != nil {
-			kept = append(kept, *e)
-		}
-	}
-	return kept, nil
 }
 
 // validTxID checks a transaction id from a request.
@@ -932,7 +822,7 @@ func (h *Handler) apiSaga(w http.ResponseWriter, r *http.Request, id string) {
 			return
 		}
 	}
-	d := buildDetail(&tx, tryouts, frozen, h.cfg.now())
+	d := buildDetail(&tx, tryouts, frozen, h.cfg.rcfg, h.cfg.now())
 	d.Saga.TraceURL = TraceURL(h.cfg.traceLink, tx.TxID, tx.TraceID)
 	d.Actions = h.actionsFor(&tx)
 	h.auditTrail(ctx, &d)

@@ -36,8 +36,11 @@ type Index interface {
 	// state, and finds the oldest one in flight. It may stop early on a
 	// large index and say so (Census.Truncated).
 	Census(ctx context.Context, scope eventstore.Scope, from, to time.Time) (Census, error)
-	// Observe records e (a saga's state after a transition). It never
-	// blocks for I/O: it runs on the orchestrator's reply path. A write
+	// Observe records e (a saga's state after a transition). It runs on
+	// the orchestrator's reply path: it does not block for I/O, but for a
+	// bounded write of a saga's end where the index writes ends through
+	// (cassandraindex: before the orchestrator deletes the saga's watchdog,
+	// so that Repair can find every saga the index lost). A write
 	// older than the one the index holds for the saga (by UpdatedAt) does
 	// not replace it.
 	Observe(scope eventstore.Scope, e Entry)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/recovery"
 )
 
 // Step kinds as stored (topics.KindProcess and topics.KindRevert).
@@ -60,7 +61,11 @@ type SagaView struct {
 	Kind     string `json:"kind,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
 	Attempt  int    `json:"attempt"`
-	Error    string `json:"error,omitempty"`
+	// Error is the saga's error when it explains its state (ErrorIsState);
+	// LastError is an earlier attempt's error the saga went on from
+	// (history: the tryout that failed holds it). One of the two is set.
+	Error     string `json:"error,omitempty"`
+	LastError string `json:"last_error,omitempty"`
 	// TraceID is the W3C trace id of the saga's trace, when the
 	// orchestrator traced it (eventstore.Transaction.TraceID).
 	TraceID string `json:"trace_id,omitempty"`
@@ -89,12 +94,25 @@ type CompletedView struct {
 	Compensable bool   `json:"compensable"`
 }
 
-// PathView locates a recovery-directory row.
+// PathView locates a recovery-directory row. Day and Minute are the
+// directory's keys (with second window intervals Day is a synthetic date);
+// WindowStart and WindowEnd are the window's real time (WindowOf).
 type PathView struct {
-	Day      string `json:"day"`
-	Minute   int    `json:"minute_of_day"`
-	Instance string `json:"instance"`
-	Bucket   int    `json:"bucket"`
+	Day         string     `json:"day"`
+	Minute      int        `json:"minute_of_day"`
+	Instance    string     `json:"instance"`
+	Bucket      int        `json:"bucket"`
+	WindowStart *time.Time `json:"window_start,omitempty"`
+	WindowEnd   *time.Time `json:"window_end,omitempty"`
+}
+
+// viewPath builds the PathView of p, its window computed with cfg.
+func viewPath(cfg recovery.Config, p eventstore.RecoveryPath) *PathView {
+	v := &PathView{Day: p.Day.Format(time.DateOnly), Minute: p.MinuteOfDay, Instance: p.InstanceID, Bucket: p.Bucket}
+	if w, ok := WindowOf(cfg, p); ok {
+		v.WindowStart, v.WindowEnd = timePtr(w.Start.UTC()), timePtr(w.End.UTC())
+	}
+	return v
 }
 
 // FrozenView is the frozen copy of a saga.
@@ -308,10 +326,11 @@ func timePtr(t time.Time) *time.Time {
 }
 
 // viewSaga builds the SagaView of tx.
-func viewSaga(tx *eventstore.Transaction, frozen *eventstore.FrozenTransaction) SagaView {
+func viewSaga(tx *eventstore.Transaction, frozen *eventstore.FrozenTransaction, rcfg recovery.Config) SagaView {
+	current, past := SplitError(tx)
 	v := SagaView{
 		TxID: tx.TxID, Domain: tx.Domain, State: tx.State, Terminal: tx.State.Terminal(), InFlight: InFlight(tx.State),
-		Version: tx.Version, Definition: max(tx.Definition, 1), Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: tx.Error, TraceID: tx.TraceID,
+		Version: tx.Version, Definition: max(tx.Definition, 1), Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: current, LastError: past, TraceID: tx.TraceID,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt, LifetimeStart: timePtr(tx.LifetimeStart),
 		PausedUntil: timePtr(tx.PausedUntil), Hints: tx.Hints, Entity: EntityJSON(tx.Payload),
 		Completed: make([]CompletedView, 0, len(tx.Completed)),
@@ -320,7 +339,7 @@ func viewSaga(tx *eventstore.Transaction, frozen *eventstore.FrozenTransaction) 
 		v.Completed = append(v.Completed, CompletedView{Span: c.Span, Endpoint: c.Endpoint, Compensable: c.Compensable})
 	}
 	if p := tx.RestorePath; p != nil {
-		v.Watchdog = &PathView{Day: p.Day.Format(time.DateOnly), Minute: p.MinuteOfDay, Instance: p.InstanceID, Bucket: p.Bucket}
+		v.Watchdog = viewPath(rcfg, *p)
 	}
 	if frozen != nil {
 		v.Frozen = &FrozenView{Reason: frozen.Reason, FrozenAt: frozen.FrozenAt, State: frozen.State}
@@ -334,9 +353,10 @@ type laneKey struct {
 }
 
 // buildDetail assembles the saga page's data from the saga row and its
-// history at now.
-func buildDetail(tx *eventstore.Transaction, tryouts []eventstore.Tryout, frozen *eventstore.FrozenTransaction, now time.Time) Detail {
-	d := Detail{Saga: viewSaga(tx, frozen), Now: now, Retries: []RetryAudit{}, Steps: make([]StepView, 0, len(tryouts)), Actions: []string{}, Audit: []AuditView{}}
+// history at now (rcfg: the recovery windows the watchdog's time is
+// computed with).
+func buildDetail(tx *eventstore.Transaction, tryouts []eventstore.Tryout, frozen *eventstore.FrozenTransaction, rcfg recovery.Config, now time.Time) Detail {
+	d := Detail{Saga: viewSaga(tx, frozen, rcfg), Now: now, Retries: []RetryAudit{}, Steps: make([]StepView, 0, len(tryouts)), Actions: []string{}, Audit: []AuditView{}}
 	slices.SortStableFunc(tryouts, func(a, b eventstore.Tryout) int { return a.Index - b.Index })
 	for _, t := range tryouts {
 		d.Steps = append(d.Steps, StepView{

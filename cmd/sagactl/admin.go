@@ -24,6 +24,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 	"github.com/stacksaga-go/stacksaga/recovery"
+	"github.com/stacksaga-go/stacksaga/tracewindow"
 )
 
 // Exit codes.
@@ -48,8 +49,16 @@ const (
 // now is the clock of the admin commands (tests replace it).
 var now = func() time.Time { return time.Now().UTC() }
 
-const adminUsage = `usage:
-  sagactl list retry-pending|paused|frozen|disabled|compensation-failed [--limit N] [--after TXID | --page P] [flags]
+// listNames are the lists of sagactl list: the one source of both usages
+// and of the argument check.
+var listNames = []string{"in-flight", "all", "retry-pending", "paused", "frozen", "disabled", "compensation-failed"}
+
+// adminUsage is the help of list, show, restore, resume, cancel and
+// terminate; LISTS stands for the list names.
+var adminUsage = strings.ReplaceAll(`usage:
+  sagactl list LISTS [--limit N] [--after TXID | --page P] [flags]
+  sagactl list in-flight|all [--state S,S] [--domain D] [--older-than D] [--newer-than D]
+                             [--business-key K --domain D] [--limit N] [--after TXID] [flags]
   sagactl show TXID [flags]
   sagactl restore TXID [--actor NAME] [flags]
   sagactl restore --all-disabled [--actor NAME] [flags]
@@ -59,6 +68,21 @@ const adminUsage = `usage:
 list prints the sagas of one service, newest first (transaction ids made
 by the orchestrator sort by creation time), with state, step, age and
 reason:
+  in-flight      every saga that has not ended: in any state but the terminal
+                 COMPLETED, COMPENSATED, COMPENSATION_FAILED and TERMINATED
+                 (so STARTED, IN_PROGRESS, PAUSED, RETRY_PENDING, FAILED,
+                 CANCELLING, COMPENSATING, and DISABLED, which waits for an
+                 admin). Read from the store alone: every saga the recovery
+                 directory names over the days a retry node scans (each saga
+                 in flight has a restore watchdog from its start) and every
+                 saga of the frozen table, each state read from its row. No
+                 index, no table scan: an empty list means every saga ended
+                 (but one whose watchdog is older than lookback-days)
+  all            every saga created in a time range, in any state (default
+                 the last 24 hours, at most 31 days: --newer-than sets it):
+                 read from the Trace Window's index (es_transactions_by_bucket,
+                 fed by the orchestrator service through
+                 tracewindow/cassandraindex), each state read from the store
   retry-pending  sagas parked in RETRY_PENDING with a retry registered: found
                  by walking the recovery directory's retry buckets (today -
                  lookback-days up to the farthest retry window), not by a
@@ -77,7 +101,16 @@ reason:
                  older name, still works, with a note: it does not list
                  TERMINATED sagas)
   Pages hold --limit sagas (default 50); the table ends with the --after
-  cursor of the next page when there is one; --page P is page P (from 1).
+  cursor of the next page when there is one; --page P is page P (from 1;
+  not with all).
+  in-flight and all take filters, combined with AND:
+  --state S,S         keep these states (in-flight: states that have not ended)
+  --domain D          keep one saga domain
+  --older-than D      keep sagas created at least D ago (e.g. 10m)
+  --newer-than D      keep sagas created at most D ago (all: default 24h, at
+                      most 744h)
+  --business-key K    keep the saga the business key K names (with --domain:
+                      keys are per domain)
 
 show prints one saga (state, definition version, step, error, lifetime,
 trace id, watchdog, frozen copy), its whole history: index, span, kind,
@@ -178,7 +211,9 @@ examples:
   sagactl restore --all-disabled --service order-service --config stacksaga.yaml
   sagactl list paused --service order-service --config stacksaga.yaml
   sagactl resume <txid> <txid>:1:process status=authorised payment_ref=psp-42 --service order-service
-`
+  sagactl list in-flight --service order-service --older-than 10m --json
+  sagactl list all --service order-service --domain place-order --state COMPENSATED --newer-than 2h
+`, "LISTS", strings.Join(listNames, "|"))
 
 // adminFlags are the flags of list, show and restore.
 type adminFlags struct {
@@ -191,6 +226,9 @@ type adminFlags struct {
 	// list
 	limit, page *int
 	after       *string
+	// list in-flight, all
+	states, domain, businessKey *string
+	olderThan, newerThan        *time.Duration
 	// restore
 	allDisabled *bool
 	// restore, resume, cancel, terminate
@@ -222,6 +260,11 @@ func newAdminFlags(cmd string) *adminFlags {
 		f.limit = fs.Int("limit", defaultListLimit, "page size")
 		f.page = fs.Int("page", 0, "page number from 1")
 		f.after = fs.String("after", "", "cursor")
+		f.states = fs.String("state", "", "states, comma-separated")
+		f.domain = fs.String("domain", "", "saga domain")
+		f.businessKey = fs.String("business-key", "", "business key (with --domain)")
+		f.olderThan = fs.Duration("older-than", 0, "created at least this long ago")
+		f.newerThan = fs.Duration("newer-than", 0, "created at most this long ago")
 	case "restore":
 		f.allDisabled = fs.Bool("all-disabled", false, "restore every DISABLED saga")
 	}
@@ -267,6 +310,7 @@ type cli struct {
 	json           bool
 	scope          eventstore.Scope
 	store          eventstore.Store
+	ccfg           cassandra.Config
 	rcfg           recovery.Config
 	// actor names who runs restore and resume in their audit records.
 	actor string
@@ -299,33 +343,16 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 
 	// Arguments first: a usage error needs no store.
 	var what string // list: the list; show, restore, resume: the TXID
-	var key string  // resume: the correlation key
+	var lf listFilter
+	var key string // resume: the correlation key
 	var rc map[string]string
 	var kafkaOpts []kgo.Opt // cancel, terminate: TLS and SASL
 	switch cmd {
 	case "list":
-		if len(pos) != 1 {
-			return failf(stderr, exitUsage, "list: want one of retry-pending, paused, frozen, disabled, compensation-failed, got %q (see sagactl list -h)", pos)
+		var code int
+		if what, lf, code = parseList(f, set, pos, stderr); code != exitOK {
+			return code
 		}
-		switch pos[0] {
-		case "retry-pending", "paused", "frozen", "disabled", "compensation-failed":
-		case "terminated":
-			// The older name of the list, from before Terminate: kept.
-			fmt.Fprintln(stderr, `sagactl: note: "list terminated" is the older name of "list compensation-failed": it lists frozen COMPENSATION_FAILED sagas, not TERMINATED ones`)
-			pos[0] = "compensation-failed"
-		default:
-			return failf(stderr, exitUsage, "list: unknown list %q: want retry-pending, paused, frozen, disabled or compensation-failed", pos[0])
-		}
-		if *f.limit < 1 {
-			return failf(stderr, exitUsage, "list: --limit %d: want at least 1", *f.limit)
-		}
-		if set["page"] && *f.page < 1 {
-			return failf(stderr, exitUsage, "list: --page %d: pages count from 1", *f.page)
-		}
-		if set["page"] && set["after"] {
-			return failf(stderr, exitUsage, "list: --page and --after exclude each other")
-		}
-		what = pos[0]
 	case "show":
 		if len(pos) != 1 || pos[0] == "" {
 			return failf(stderr, exitUsage, "show: want one TXID, got %q (see sagactl show -h)", pos)
@@ -369,6 +396,11 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 			fmt.Fprintf(stderr, "sagactl: %s: warning: %s\n", cmd, w)
 		}
 	}
+	if cmd != "list" && what != "" {
+		if err := validTxID(what); err != nil {
+			return failf(stderr, exitUsage, "%s: %v", cmd, err)
+		}
+	}
 	if *f.timeout <= 0 {
 		return failf(stderr, exitUsage, "%s: --timeout %v: want a positive duration", cmd, *f.timeout)
 	}
@@ -401,6 +433,7 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	if err != nil {
 		return c.failf(exitFailure, "%v", err)
 	}
+	c.ccfg = ccfg
 	if *f.config != "" {
 		c.rcfg, err = recovery.LoadConfigFile(*f.config)
 	} else {
@@ -424,6 +457,9 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		page := recovery.Page{Limit: *f.limit, After: *f.after}
 		if set["page"] {
 			page.Offset = (*f.page - 1) * *f.limit
+		}
+		if what == "in-flight" || what == "all" {
+			return c.listSagas(ctx, what, page, lf)
 		}
 		return c.list(ctx, what, page)
 	case "show":
@@ -539,27 +575,41 @@ type jsonScope struct {
 	Service string `json:"service"`
 }
 
+// jsonPath is a recovery-directory row: Day and Slot are its keys (a
+// synthetic date with second window intervals), WindowStart and WindowEnd
+// the window's real time.
 type jsonPath struct {
-	Day      string `json:"day"`
-	Slot     int    `json:"slot"`
-	Instance string `json:"instance"`
-	Bucket   int    `json:"bucket"`
+	Day         string    `json:"day"`
+	Slot        int       `json:"slot"`
+	Instance    string    `json:"instance"`
+	Bucket      int       `json:"bucket"`
+	WindowStart time.Time `json:"window_start,omitzero"`
+	WindowEnd   time.Time `json:"window_end,omitzero"`
 }
 
-func toJSONPath(p eventstore.RecoveryPath) jsonPath {
-	return jsonPath{Day: p.Day.Format(time.DateOnly), Slot: p.MinuteOfDay, Instance: p.InstanceID, Bucket: p.Bucket}
+// jsonPath is p with its window's real time (tracewindow.WindowOf).
+func (c *cli) jsonPath(p eventstore.RecoveryPath) jsonPath {
+	jp := jsonPath{Day: p.Day.Format(time.DateOnly), Slot: p.MinuteOfDay, Instance: p.InstanceID, Bucket: p.Bucket}
+	if w, ok := tracewindow.WindowOf(c.rcfg, p); ok {
+		jp.WindowStart, jp.WindowEnd = w.Start.UTC(), w.End.UTC()
+	}
+	return jp
 }
 
 type jsonSaga struct {
-	TxID          string    `json:"tx_id"`
-	Domain        string    `json:"domain"`
-	State         string    `json:"state"`
-	Version       int64     `json:"version"`
-	Span          int       `json:"span"`
-	Kind          string    `json:"kind"`
-	Endpoint      string    `json:"endpoint"`
-	Attempt       int       `json:"attempt"`
+	TxID     string `json:"tx_id"`
+	Domain   string `json:"domain"`
+	State    string `json:"state"`
+	Version  int64  `json:"version"`
+	Span     int    `json:"span"`
+	Kind     string `json:"kind"`
+	Endpoint string `json:"endpoint"`
+	Attempt  int    `json:"attempt"`
+	// Error is the saga's error when it explains its state; LastError an
+	// earlier attempt's error the saga went on from (history; see
+	// tracewindow.ErrorIsState).
 	Error         string    `json:"error,omitempty"`
+	LastError     string    `json:"last_error,omitempty"`
 	CreatedAt     time.Time `json:"created_at"`
 	UpdatedAt     time.Time `json:"updated_at"`
 	LifetimeStart time.Time `json:"lifetime_start"`
@@ -572,16 +622,17 @@ type jsonSaga struct {
 	Definition int `json:"definition_version"`
 }
 
-func toJSONSaga(tx eventstore.Transaction, at time.Time) jsonSaga {
+func (c *cli) jsonSaga(tx eventstore.Transaction, at time.Time) jsonSaga {
+	current, past := tracewindow.SplitError(&tx)
 	s := jsonSaga{
 		TxID: tx.TxID, Domain: tx.Domain, State: string(tx.State), Version: tx.Version,
-		Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: tx.Error,
+		Span: tx.Span, Kind: tx.Kind, Endpoint: tx.Endpoint, Attempt: tx.Attempt, Error: current, LastError: past,
 		CreatedAt: tx.CreatedAt, UpdatedAt: tx.UpdatedAt, LifetimeStart: tx.LifetimeFrom(),
 		AgeSeconds: int64(at.Sub(tx.CreatedAt) / time.Second), PausedUntil: tx.PausedUntil, TraceID: tx.TraceID,
 		Definition: definitionOf(tx),
 	}
 	if tx.RestorePath != nil {
-		p := toJSONPath(*tx.RestorePath)
+		p := c.jsonPath(*tx.RestorePath)
 		s.Watchdog = &p
 	}
 	return s
@@ -640,9 +691,9 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 			fmt.Fprintln(tw, "TXID\tSTATE\tDOMAIN\tDEF\tSTEP\tATTEMPT\tAGE\tRETRY DUE\tERROR")
 		}
 		for _, s := range l.Sagas {
-			js := jsonPending{jsonSaga: toJSONSaga(s.Transaction, at), RetryDue: s.Due, Retries: []jsonPath{}}
+			js := jsonPending{jsonSaga: c.jsonSaga(s.Transaction, at), RetryDue: s.Due, Retries: []jsonPath{}}
 			for _, p := range s.Retries {
-				js.Retries = append(js.Retries, toJSONPath(p))
+				js.Retries = append(js.Retries, c.jsonPath(p))
 			}
 			sagas = append(sagas, js)
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", s.TxID, s.State, s.Domain, definitionOf(s.Transaction), step(s.Transaction), s.Attempt,
@@ -660,10 +711,10 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 			fmt.Fprintln(tw, "TXID\tDOMAIN\tDEF\tSTEP\tEVENT\tAGE\tPAUSED FOR\tDEADLINE\tCLAIM\tCORRELATION KEY")
 		}
 		for _, s := range l.Sagas {
-			js := jsonPaused{jsonSaga: toJSONSaga(s.Transaction, at), PauseEvent: s.PauseEvent, CorrelationKey: s.CorrelationKey,
+			js := jsonPaused{jsonSaga: c.jsonSaga(s.Transaction, at), PauseEvent: s.PauseEvent, CorrelationKey: s.CorrelationKey,
 				PausedAt: s.UpdatedAt, PausedSeconds: int64(at.Sub(s.UpdatedAt) / time.Second), Claim: s.Claim, Entries: []jsonPath{}}
 			for _, p := range s.Entries {
-				js.Entries = append(js.Entries, toJSONPath(p))
+				js.Entries = append(js.Entries, c.jsonPath(p))
 			}
 			sagas = append(sagas, js)
 			claim := s.Claim
@@ -691,7 +742,7 @@ func (c *cli) list(ctx context.Context, which string, page recovery.Page) int {
 			fmt.Fprintln(tw, "TXID\tSTATE\tDOMAIN\tDEF\tSTEP\tAGE\tFROZEN\tREASON")
 		}
 		for _, s := range l.Sagas {
-			js := jsonFrozen{jsonSaga: toJSONSaga(s.Transaction, at), FrozenState: string(s.Transaction.State), Reason: s.Reason, FrozenAt: s.FrozenAt}
+			js := jsonFrozen{jsonSaga: c.jsonSaga(s.Transaction, at), FrozenState: string(s.Transaction.State), Reason: s.Reason, FrozenAt: s.FrozenAt}
 			js.State = string(s.LiveState)
 			state := string(s.LiveState)
 			if state == "" {
@@ -803,8 +854,15 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
-func fmtPath(p eventstore.RecoveryPath) string {
-	return fmt.Sprintf("%s/%04d instance %s bucket %d", p.Day.Format(time.DateOnly), p.MinuteOfDay, p.InstanceID, p.Bucket)
+// String formats a directory row: its window in real time ("window
+// 2026-12-07T05:40:10Z..05:40:12Z"; the stored day and slot when the window
+// is unknown), its instance and bucket.
+func (p jsonPath) String() string {
+	when := fmt.Sprintf("%s/%04d", p.Day, p.Slot)
+	if !p.WindowStart.IsZero() {
+		when = "window " + p.WindowStart.Format(time.RFC3339) + ".." + p.WindowEnd.Format("15:04:05Z07:00")
+	}
+	return fmt.Sprintf("%s instance %s bucket %d", when, p.Instance, p.Bucket)
 }
 
 type jsonTryout struct {
@@ -866,7 +924,7 @@ func (c *cli) show(ctx context.Context, txID string) int {
 	case !errors.Is(err, eventstore.ErrNotFound):
 		return c.failf(exitFailure, "show %s: read frozen copy: %v", txID, err)
 	}
-	out := jsonShow{Scope: jsonScope(c.scope), Saga: toJSONSaga(tx, at), Frozen: frozen, History: []jsonTryout{}, Completed: []jsonCompleted{}, Hints: tx.Hints}
+	out := jsonShow{Scope: jsonScope(c.scope), Saga: c.jsonSaga(tx, at), Frozen: frozen, History: []jsonTryout{}, Completed: []jsonCompleted{}, Hints: tx.Hints}
 	out.Audit, out.AuditError = c.auditTrail(ctx, txID)
 	for _, cs := range tx.Completed {
 		out.Completed = append(out.Completed, jsonCompleted(cs))
@@ -892,7 +950,11 @@ func (c *cli) show(ctx context.Context, txID string) int {
 	fmt.Fprintf(tw, "definition\tversion %d\n", definitionOf(tx))
 	fmt.Fprintf(tw, "state\t%s (version %d)\n", tx.State, tx.Version)
 	fmt.Fprintf(tw, "step\t%s, attempt %d\n", step(tx), tx.Attempt)
-	fmt.Fprintf(tw, "error\t%s\n", oneLine(tx.Error, 200))
+	current, past := tracewindow.SplitError(&tx)
+	fmt.Fprintf(tw, "error\t%s\n", oneLine(current, 200))
+	if past != "" {
+		fmt.Fprintf(tw, "last error\thistory, the saga went on: %s\n", oneLine(past, 200))
+	}
 	fmt.Fprintf(tw, "created\t%s (%s ago)\n", fmtTime(tx.CreatedAt), age(at.Sub(tx.CreatedAt)))
 	fmt.Fprintf(tw, "updated\t%s (%s ago)\n", fmtTime(tx.UpdatedAt), age(at.Sub(tx.UpdatedAt)))
 	lifetime := fmtTime(tx.LifetimeFrom())
@@ -907,7 +969,7 @@ func (c *cli) show(ctx context.Context, txID string) int {
 		fmt.Fprintf(tw, "trace\t%s\n", tx.TraceID)
 	}
 	if tx.RestorePath != nil {
-		fmt.Fprintf(tw, "watchdog\t%s\n", fmtPath(*tx.RestorePath))
+		fmt.Fprintf(tw, "watchdog\t%s\n", c.jsonPath(*tx.RestorePath))
 	} else {
 		fmt.Fprintf(tw, "watchdog\t-\n")
 	}
@@ -1031,10 +1093,10 @@ func (c *cli) restoreOne(ctx context.Context, w *recovery.Writer, txID, detail s
 		out.Version = res.Version
 	}
 	if res.Watchdog != nil {
-		p := toJSONPath(*res.Watchdog)
+		p := c.jsonPath(*res.Watchdog)
 		out.Watchdog = &p
 	}
-	rp := toJSONPath(res.Retry)
+	rp := c.jsonPath(res.Retry)
 	out.Retry = &rp
 	out.Span, out.Kind, out.Endpoint, out.NextAttempt = res.Span, res.Kind, res.Endpoint, res.Attempt+1
 	return out, exitOK
@@ -1047,7 +1109,7 @@ func (c *cli) printRestore(r jsonRestore) {
 		fmt.Fprintf(w, "restored %s: %s -> %s (version %d)\n", r.TxID, r.From, r.To, r.Version)
 		fmt.Fprintf(w, "  lifetime restarts at %s\n", fmtTime(r.LifetimeStart))
 		if r.Watchdog != nil {
-			fmt.Fprintf(w, "  new restore watchdog: %s/%04d instance %s bucket %d\n", r.Watchdog.Day, r.Watchdog.Slot, r.Watchdog.Instance, r.Watchdog.Bucket)
+			fmt.Fprintf(w, "  new restore watchdog: %s\n", r.Watchdog)
 		}
 	} else {
 		fmt.Fprintf(w, "restored %s: already %s, retry registered\n", r.TxID, r.From)
@@ -1055,7 +1117,7 @@ func (c *cli) printRestore(r jsonRestore) {
 	if r.Unfrozen {
 		fmt.Fprintf(w, "  removed from the frozen table\n")
 	}
-	fmt.Fprintf(w, "  retry registered: %s/%04d instance %s bucket %d, due %s\n", r.Retry.Day, r.Retry.Slot, r.Retry.Instance, r.Retry.Bucket, fmtTime(r.RetryDue))
+	fmt.Fprintf(w, "  retry registered: %s, due %s\n", r.Retry, fmtTime(r.RetryDue))
 	fmt.Fprintf(w, "  the next retry-node pass after that sends span %d %s %s again with attempt %d\n", r.Span, r.Kind, r.Endpoint, r.NextAttempt)
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)

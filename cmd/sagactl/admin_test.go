@@ -50,11 +50,11 @@ func TestAdminUsage(t *testing.T) {
 		{"list", "frozen"}, // no service
 		{"show", "--service", "s"},
 		{"show", "a", "b", "--service", "s"},
-		{"show", "a", "--service", "s", "--limit", "3"}, // list-only flag
+		{"show", aTxID, "--service", "s", "--limit", "3"}, // list-only flag
 		{"restore", "--service", "s"},
 		{"restore", "a", "--all-disabled", "--service", "s"},
-		{"restore", "a", "--service", "s", "--timeout", "0s"},
-		{"restore", "a", "--service", "s", "--bogus"},
+		{"restore", aTxID, "--service", "s", "--timeout", "0s"},
+		{"restore", aTxID, "--service", "s", "--bogus"},
 	} {
 		code, out, errOut := sagactl(t, args...)
 		if code != exitUsage {
@@ -80,6 +80,9 @@ func TestAdminUsage(t *testing.T) {
 	}
 }
 
+// aTxID is a well-formed transaction id no test saga has.
+const aTxID = "01a248d8-98cb-8001-8112-9d9eae1ef6ea"
+
 func TestAdminRuntimeErrors(t *testing.T) {
 	clearAdminEnv(t)
 	// Nothing listens on port 1.
@@ -90,7 +93,7 @@ func TestAdminRuntimeErrors(t *testing.T) {
 	}
 	oneLineErr(t, args, errOut, "open the event store (127.0.0.1:1")
 
-	args = []string{"show", "tx", "--service", "s", "--config", filepath.Join(t.TempDir(), "missing.yaml")}
+	args = []string{"show", aTxID, "--service", "s", "--config", filepath.Join(t.TempDir(), "missing.yaml")}
 	code, _, errOut = sagactl(t, args...)
 	if code != exitFailure {
 		t.Errorf("missing config: exit %d", code)
@@ -101,7 +104,7 @@ func TestAdminRuntimeErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("stacksaga:\n  cassandra:\n    recovery:\n      window-interval-minutes: 7\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args = []string{"restore", "tx", "--service", "s", "--config", bad}
+	args = []string{"restore", aTxID, "--service", "s", "--config", bad}
 	code, _, errOut = sagactl(t, args...)
 	if code != exitFailure {
 		t.Errorf("invalid recovery config: exit %d", code)
@@ -114,7 +117,7 @@ func TestAdminRuntimeErrors(t *testing.T) {
 	if err := os.WriteFile(misspelt, []byte("stacksaga:\n  instance:\n    servcie: order-service\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args = []string{"show", "tx", "--config", misspelt}
+	args = []string{"show", aTxID, "--config", misspelt}
 	code, _, errOut = sagactl(t, args...)
 	if code == 0 {
 		t.Errorf("misspelt instance key: exit %d", code)
@@ -446,12 +449,12 @@ func TestAdminCommands(t *testing.T) {
 			t.Errorf("show of a disabled saga:\n%s", out)
 		}
 
-		args := []string{"show", "no-such-tx", "--json"}
+		args := []string{"show", aTxID, "--json"}
 		code, out, errOut := r.run(args...)
 		if code != exitNotFound || out != "" {
 			t.Errorf("show of a missing saga: exit %d, stdout %q", code, out)
 		}
-		oneLineErr(t, args, errOut, "no-such-tx: no such saga in eu/cell-1/")
+		oneLineErr(t, args, errOut, aTxID+": no such saga in eu/cell-1/")
 	})
 
 	t.Run("restore refused", func(t *testing.T) {
@@ -462,7 +465,7 @@ func TestAdminCommands(t *testing.T) {
 		}{
 			{done.TxID, exitNotRestorable, "is COMPLETED"},
 			{t2.TxID, exitNotRestorable, "terminated outside a compensation"},
-			{"no-such-tx", exitNotFound, "no such saga"},
+			{aTxID, exitNotFound, "no such saga"},
 		} {
 			before, _ := r.store.LoadTransaction(ctx, r.scope, c.id)
 			args := []string{"restore", c.id}

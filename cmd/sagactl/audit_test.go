@@ -89,10 +89,10 @@ func TestAdminAudit(t *testing.T) {
 		if len(recs) != 1 || recs[0].Actor != "alice (ticket OPS-42)" || recs[0].Result != "refused: wrong state" || !strings.Contains(recs[0].Error, "COMPLETED") {
 			t.Fatalf("refused restore's records %+v", recs)
 		}
-		if code, _, _ := r.run("restore", "no-such-tx"); code != exitNotFound {
+		if code, _, _ := r.run("restore", aTxID); code != exitNotFound {
 			t.Fatalf("restore of an unknown saga: exit %d", code)
 		}
-		if recs := r.auditOf("no-such-tx"); len(recs) != 1 || recs[0].Result != "refused: not found" {
+		if recs := r.auditOf(aTxID); len(recs) != 1 || recs[0].Result != "refused: not found" {
 			t.Fatalf("unknown saga's records %+v", recs)
 		}
 	})

@@ -165,7 +165,7 @@ func TestCancelEndToEnd(t *testing.T) {
 			t.Errorf("%q: exit %d: %s", args, code, errOut)
 		}
 	}
-	if code, _, _ := r.run(kafka("cancel", "0000000000000000-nope", "--reason", "x")...); code != exitNotFound {
+	if code, _, _ := r.run(kafka("cancel", aTxID, "--reason", "x")...); code != exitNotFound {
 		t.Errorf("cancel of an unknown saga: exit %d, want %d", code, exitNotFound)
 	}
 	recs, err := r.store.AuditTrail(context.Background(), r.scope, ids[0], 0)

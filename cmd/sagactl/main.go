@@ -6,7 +6,7 @@
 //	sagactl schema apply|diff [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
 //	                          [--local-datacenter dc] [--username u] [--password-file f]
 //	                          [--config file] [--timeout 2m]
-//	sagactl list retry-pending|paused|frozen|disabled|terminated [--limit 50] [--after TXID | --page P]
+//	sagactl list in-flight|all|retry-pending|paused|frozen|disabled|compensation-failed [--limit 50] [--after TXID | --page P]
 //	sagactl show TXID
 //	sagactl restore TXID | --all-disabled
 //	sagactl resume TXID CORRELATION_KEY [key=value ...]
@@ -64,12 +64,13 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage:
+// usage is the top-level help; LISTS stands for the list names (listNames).
+var usage = strings.ReplaceAll(`usage:
   sagactl schema print [--keyspace ks] [--replication spec] [--config file]
   sagactl schema apply|diff [--hosts h1:9042,h2] [--keyspace ks] [--replication spec]
                             [--local-datacenter dc] [--username u] [--password-file f]
                             [--config file] [--timeout 2m]
-  sagactl list retry-pending|paused|frozen|disabled|terminated [--limit N] [--after TXID | --page P] [flags]
+  sagactl list LISTS [--limit N] [--after TXID | --page P] [flags]
   sagactl show TXID [flags]
   sagactl restore TXID | --all-disabled [flags]
   sagactl resume TXID CORRELATION_KEY [key=value ...] [flags]
@@ -78,7 +79,7 @@ const usage = `usage:
   sagactl ring [--master 127.0.0.1:7070] [--json]
   sagactl sql-barrier print|apply [--table stacksaga_barrier] [--dsn-file f] [--timeout 1m]
 (sagactl list -h: the flags and exit codes of list, show, restore and resume)
-`
+`, "LISTS", strings.Join(listNames, "|"))
 
 // run is main without the process: it returns the exit code (0 ok, 1
 // failure, 2 usage, 3 not found, 4 not restorable or not paused).

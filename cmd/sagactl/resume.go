@@ -100,7 +100,7 @@ func (c *cli) resume(ctx context.Context, txID, key string, rc map[string]string
 		out.Status = "already_resumed"
 	}
 	if res.Registered {
-		p := toJSONPath(res.Retry)
+		p := c.jsonPath(res.Retry)
 		out.Retry, out.RetryDue = &p, res.RetryDue
 	}
 	if c.json {
@@ -121,7 +121,7 @@ func (c *cli) resume(ctx context.Context, txID, key string, rc map[string]string
 		fmt.Fprintf(o, "  the pause is claimed for this resume: its deadline (%s) can no longer invoke the step again\n", deadlineText(res.PausedUntil))
 		fmt.Fprintf(o, "  resume context: %s\n", contextText(rc))
 	}
-	fmt.Fprintf(o, "  retry registered: %s/%04d instance %s bucket %d, due %s\n", out.Retry.Day, out.Retry.Slot, out.Retry.Instance, out.Retry.Bucket, fmtTime(res.RetryDue))
+	fmt.Fprintf(o, "  retry registered: %s, due %s\n", out.Retry, fmtTime(res.RetryDue))
 	fmt.Fprintf(o, "  a retry node continues the saga on its first pass after that (within about two %v windows, if retry nodes run): the next step receives the resume context\n", interval)
 	return exitOK
 }

@@ -203,7 +203,7 @@ func TestAdminPausedCommands(t *testing.T) {
 			{[]string{p1.TxID, p1.TxID + ":0:process"}, exitNotPaused, "stale correlation key"},
 			{[]string{running.TxID, key(running)}, exitNotPaused, "is IN_PROGRESS, not PAUSED"},
 			{[]string{expired.TxID, key(expired)}, exitNotPaused, "outlived its transaction lifetime"},
-			{[]string{"no-such-tx", "no-such-tx:1:process"}, exitNotFound, "no such saga in eu/cell-1/"},
+			{[]string{aTxID, aTxID + ":1:process"}, exitNotFound, "no such saga in eu/cell-1/"},
 		} {
 			args := append([]string{"resume"}, c.args...)
 			code, out, errOut := r.run(args...)

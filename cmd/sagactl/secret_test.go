@@ -15,7 +15,7 @@ func TestPasswordFlagRefused(t *testing.T) {
 	const secret = "s3cret-planted-0123"
 	for _, args := range [][]string{
 		{"list", "frozen", "--service", "s", "--password", secret},
-		{"show", "tx", "--service", "s", "--password", secret},
+		{"show", aTxID, "--service", "s", "--password", secret},
 		{"schema", "apply", "--password", secret},
 		{"trace-window", "--service", "s", "--anonymous-reads", "--password", secret},
 	} {

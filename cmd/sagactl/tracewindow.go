@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -163,6 +164,21 @@ func runTraceWindow(ctx context.Context, args []string, stdout, stderr io.Writer
 	defer idx.Close()
 	if _, err := idx.Domains(cctx, scope); errors.Is(err, cassandraindex.ErrNoTable) {
 		logger.Warn("sagactl trace-window: no listing index in this keyspace: sagas can be found by transaction id only (wire tracewindow/cassandraindex into the orchestrator service)")
+	} else {
+		// Write into the index what a killed orchestrator service took
+		// with its queue, from the store, while the page serves.
+		var repairs sync.WaitGroup
+		defer repairs.Wait()
+		rctx, rcancel := context.WithCancel(ctx)
+		defer rcancel()
+		repairs.Go(func() {
+			res, err := tracewindow.Repair(rctx, store, idx, scope, rcfg, now())
+			if err != nil {
+				logger.Warn("sagactl trace-window: index repair from the store", "err", err)
+				return
+			}
+			logger.Info("sagactl trace-window: index repaired from the store", "directory", res.Directory, "checked", res.Indexed, "moved", res.Moved, "truncated", res.Truncated)
+		})
 	}
 
 	opts := []tracewindow.Option{tracewindow.WithIndex(idx), tracewindow.WithRecovery(rcfg), tracewindow.WithLogger(logger),

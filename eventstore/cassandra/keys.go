@@ -2,7 +2,11 @@ package cassandra
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
 )
@@ -91,4 +95,24 @@ func (s *Store) DeleteBusinessKey(ctx context.Context, id eventstore.BusinessKey
 	return s.casKey(ctx, "delete business key", s.st.deleteKeyIf, id, vals,
 		func(prev map[string]any) eventstore.BusinessKey { return keyCondFromCAS(id, prev) },
 		func(found eventstore.BusinessKey) bool { return found.Owner == "" })
+}
+
+// GetBusinessKey reads the row of id (eventstore.BusinessKeyReader).
+func (s *Store) GetBusinessKey(ctx context.Context, id eventstore.BusinessKeyID) (eventstore.BusinessKey, error) {
+	if err := s.check(ctx, id.Validate()); err != nil {
+		return eventstore.BusinessKey{}, err
+	}
+	k := eventstore.BusinessKey{BusinessKeyID: id}
+	var payload []byte
+	err := s.read(s.st.selectKey, keyIDValues(id)...).
+		ScanContext(ctx, &k.TxID, &payload, &k.CreatedAt, &k.Owner, &k.Generation, &k.ClaimedAt, &k.Settled)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return eventstore.BusinessKey{}, fmt.Errorf("cassandra: business key %q of %s: %w", id.Key, id.Domain, eventstore.ErrNotFound)
+	}
+	if err != nil {
+		return eventstore.BusinessKey{}, s.fail("get business key", err)
+	}
+	k.Payload = nilIfEmpty(payload)
+	k.CreatedAt, k.ClaimedAt = k.CreatedAt.UTC(), k.ClaimedAt.UTC()
+	return k, nil
 }

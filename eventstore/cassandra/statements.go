@@ -80,6 +80,7 @@ const (
 	cqlInsertKeyIfNotExists = `INSERT INTO {ks}.es_business_key (region, cluster, service_name, domain, business_key, transaction_id, payload, created_at, owner, generation, claimed_at, settled) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?`
 	cqlReplaceKeyIf         = `UPDATE {ks}.es_business_key USING TTL ? SET transaction_id = ?, payload = ?, created_at = ?, owner = ?, generation = ?, claimed_at = ?, settled = ? WHERE region = ? AND cluster = ? AND service_name = ? AND domain = ? AND business_key = ? IF owner = ? AND settled = ?`
 	cqlDeleteKeyIf          = `DELETE FROM {ks}.es_business_key WHERE region = ? AND cluster = ? AND service_name = ? AND domain = ? AND business_key = ? IF owner = ? AND settled = ?`
+	cqlSelectKey            = `SELECT transaction_id, payload, created_at, owner, generation, claimed_at, settled FROM {ks}.es_business_key WHERE region = ? AND cluster = ? AND service_name = ? AND domain = ? AND business_key = ?`
 )
 
 // statements holds the store's statements with the keyspace filled in.
@@ -96,7 +97,7 @@ type statements struct {
 	upsertBucket, selectBuckets, deleteBucket                       string
 	upsertEntry, selectEntries, deleteEntry, dropBucket             string
 	insertAudit, selectAudit, selectAuditLatest                     string
-	insertKeyIfNotExists, replaceKeyIf, deleteKeyIf                 string
+	insertKeyIfNotExists, replaceKeyIf, deleteKeyIf, selectKey      string
 }
 
 func newStatements(keyspace string) statements {
@@ -115,5 +116,6 @@ func newStatements(keyspace string) statements {
 		upsertEntry: r(cqlUpsertEntry), selectEntries: r(cqlSelectEntries), deleteEntry: r(cqlDeleteEntry), dropBucket: r(cqlDropBucket),
 		insertAudit: r(cqlInsertAudit), selectAudit: r(cqlSelectAudit), selectAuditLatest: r(cqlSelectAuditLatest),
 		insertKeyIfNotExists: r(cqlInsertKeyIfNotExists), replaceKeyIf: r(cqlReplaceKeyIf), deleteKeyIf: r(cqlDeleteKeyIf),
+		selectKey: r(cqlSelectKey),
 	}
 }

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -117,4 +118,19 @@ func (s *Store) DeleteBusinessKey(ctx context.Context, id eventstore.BusinessKey
 	}
 	delete(s.keys.rows, id)
 	return true, eventstore.BusinessKey{}, nil
+}
+
+// GetBusinessKey returns the live row of id; see
+// eventstore.BusinessKeyReader.
+func (s *Store) GetBusinessKey(ctx context.Context, id eventstore.BusinessKeyID) (eventstore.BusinessKey, error) {
+	if err := s.check(ctx, id.Validate()); err != nil {
+		return eventstore.BusinessKey{}, err
+	}
+	s.keys.mu.Lock()
+	defer s.keys.mu.Unlock()
+	k, ok := s.keys.live(id, s.now())
+	if !ok {
+		return eventstore.BusinessKey{}, fmt.Errorf("memory: business key %q of %s: %w", id.Key, id.Domain, eventstore.ErrNotFound)
+	}
+	return k, nil
 }

@@ -67,11 +67,12 @@ type Store struct {
 }
 
 var (
-	_ eventstore.Store          = (*Store)(nil)
-	_ eventstore.StateReader    = (*Store)(nil)
-	_ eventstore.WatchedCreator = (*Store)(nil)
-	_ eventstore.Auditor        = (*Store)(nil)
-	_ eventstore.BusinessKeys   = (*Store)(nil)
+	_ eventstore.Store             = (*Store)(nil)
+	_ eventstore.StateReader       = (*Store)(nil)
+	_ eventstore.WatchedCreator    = (*Store)(nil)
+	_ eventstore.Auditor           = (*Store)(nil)
+	_ eventstore.BusinessKeys      = (*Store)(nil)
+	_ eventstore.BusinessKeyReader = (*Store)(nil)
 )
 
 // New returns an empty in-memory store.

@@ -299,3 +299,54 @@ func testBusinessKeyValidation(t *testing.T, e *env) {
 	_, _, err = keys.DeleteBusinessKey(ctx, good.BusinessKeyID, "start-1")
 	mustIs(t, err, eventstore.ErrClosed, "DeleteBusinessKey on a closed store")
 }
+
+// testBusinessKeyRead: GetBusinessKey finds a claim with every field as
+// written, follows a replace, answers ErrNotFound for a key never claimed,
+// another domain's, and one released, and ErrInvalid for a bad id.
+func testBusinessKeyRead(t *testing.T, e *env) {
+	keys, ok := optional[eventstore.BusinessKeys](t, e)
+	if !ok {
+		return
+	}
+	r, ok := optional[eventstore.BusinessKeyReader](t, e)
+	if !ok {
+		return
+	}
+	ctx := t.Context()
+	k := businessKey(e.scope, "order-77", "start-1")
+	if _, err := r.GetBusinessKey(ctx, k.BusinessKeyID); !errors.Is(err, eventstore.ErrNotFound) {
+		t.Fatalf("GetBusinessKey of a key never claimed: %v, want ErrNotFound", err)
+	}
+	_, _, err := keys.InsertBusinessKey(ctx, k, time.Hour)
+	must(t, err, "InsertBusinessKey")
+	got, err := r.GetBusinessKey(ctx, k.BusinessKeyID)
+	must(t, err, "GetBusinessKey")
+	if !reflect.DeepEqual(got, k) {
+		t.Fatalf("GetBusinessKey\n%+v\nwant\n%+v", got, k)
+	}
+	other := k.BusinessKeyID
+	other.Domain = "refund"
+	if _, err := r.GetBusinessKey(ctx, other); !errors.Is(err, eventstore.ErrNotFound) {
+		t.Fatalf("GetBusinessKey of another domain: %v, want ErrNotFound", err)
+	}
+	settled := k
+	settled.Settled = true
+	_, _, err = keys.ReplaceBusinessKey(ctx, settled, k.Owner, time.Hour)
+	must(t, err, "ReplaceBusinessKey")
+	if got, err := r.GetBusinessKey(ctx, k.BusinessKeyID); err != nil || !got.Settled {
+		t.Fatalf("GetBusinessKey after a settle: %+v, %v", got, err)
+	}
+	released := businessKey(e.scope, "order-78", "start-2")
+	_, _, err = keys.InsertBusinessKey(ctx, released, time.Hour)
+	must(t, err, "InsertBusinessKey")
+	_, _, err = keys.DeleteBusinessKey(ctx, released.BusinessKeyID, released.Owner)
+	must(t, err, "DeleteBusinessKey")
+	if _, err := r.GetBusinessKey(ctx, released.BusinessKeyID); !errors.Is(err, eventstore.ErrNotFound) {
+		t.Fatalf("GetBusinessKey of a released key: %v, want ErrNotFound", err)
+	}
+	bad := k.BusinessKeyID
+	bad.Key = ""
+	if _, err := r.GetBusinessKey(ctx, bad); !errors.Is(err, eventstore.ErrInvalid) {
+		t.Fatalf("GetBusinessKey of an empty key: %v, want ErrInvalid", err)
+	}
+}

@@ -142,6 +142,7 @@ var tests = []test{
 	{"BusinessKeyTTL", testBusinessKeyTTL},
 	{"BusinessKeyRace", testBusinessKeyRace},
 	{"BusinessKeyValidation", testBusinessKeyValidation},
+	{"BusinessKeyRead", testBusinessKeyRead},
 	{"CanceledContext", testCanceledContext},
 	{"Close", testClose},
 }

@@ -14,11 +14,19 @@
 // clustering slice on transaction_id: every statement names a full
 // partition key; there is no ALLOW FILTERING and no scan.
 //
-// Writes never run on the orchestrator's reply path: Observe puts the
-// entry on a bounded queue and returns; a writer goroutine coalesces the
-// entries of one saga (only its latest state is written), groups them by
-// partition and writes each partition's rows in one unlogged
-// single-partition batch, every flush interval. Each row is written USING
+// Writes of a saga's progress never run on the orchestrator's reply path:
+// Observe puts the entry on a bounded queue and returns; a writer
+// goroutine coalesces the entries of one saga (only its latest state is
+// written), groups them by partition and writes each partition's rows in
+// one unlogged single-partition batch, every flush interval. A saga's end
+// (a terminal state) is written through: Observe writes its row before it
+// returns (bounded by WithWriteThroughTimeout; on failure the entry is
+// queued as any other). The orchestrator calls its listeners before it
+// deletes the saga's restore watchdog, so a process killed at any point
+// leaves every saga it lost from the queue named by the recovery
+// directory, from which tracewindow.Repair writes it again at the next
+// start: what the queue holds when the process dies is lost only until
+// then. Each row is written USING
 // TIMESTAMP of the saga's UpdatedAt, so a late or repeated write never
 // replaces a newer state, and with a TTL (the retention). A saga costs one
 // row write per flush it has a transition in: one when it runs within a
@@ -63,6 +71,8 @@ const (
 	DefaultScanLimit     = 5000
 	DefaultPartitions    = 96
 	DefaultCensusLimit   = 200_000
+	// DefaultWriteThroughTimeout bounds the write of a saga's end.
+	DefaultWriteThroughTimeout = 2 * time.Second
 )
 
 // maxPending bounds the entries a flush collects before it writes.
@@ -84,6 +94,8 @@ type options struct {
 	partitions int
 	censusMax  int
 	schema     bool
+	// through bounds a terminal entry's write (0: queued as the others).
+	through time.Duration
 }
 
 // WithLogger sets the logger. Default slog.Default().
@@ -154,6 +166,19 @@ func WithCensusLimit(n int) Option {
 	}
 }
 
+// WithWriteThroughTimeout bounds how long Observe writes a saga's end
+// before it returns (default 2s); past it, or on an error, the entry is
+// queued. 0 queues ends as any other entry: they are then lost with the
+// queue when the process is killed, until tracewindow.Repair finds them
+// (only those whose watchdog the orchestrator had not deleted yet).
+func WithWriteThroughTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d >= 0 {
+			o.through = d
+		}
+	}
+}
+
 // WithoutSchema skips creating the tables (for read-only tools such as
 // sagactl, which never change the schema).
 func WithoutSchema() Option { return func(o *options) { o.schema = false } }
@@ -178,8 +203,8 @@ type Index struct {
 	once     sync.Once
 	domains  sync.Map // domainKey -> struct{}: written by this process
 
-	observed, coalesced, dropped, failed, skipped atomic.Int64
-	lastWarn                                      atomic.Int64
+	observed, coalesced, dropped, failed, skipped, through atomic.Int64
+	lastWarn                                               atomic.Int64
 }
 
 var _ tracewindow.Index = (*Index)(nil)
@@ -217,6 +242,7 @@ func New(ctx context.Context, cfg cassandra.Config, opts ...Option) (*Index, err
 		logger: slog.Default(), retention: DefaultRetention, flushEvery: DefaultFlushInterval,
 		queueSize: DefaultQueueSize, batchSize: DefaultBatchSize, scanLimit: DefaultScanLimit,
 		partitions: DefaultPartitions, censusMax: DefaultCensusLimit, schema: true,
+		through: DefaultWriteThroughTimeout,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -317,7 +343,9 @@ func (x *Index) createTables(ctx context.Context) error {
 func Bucket(t time.Time) time.Time { return t.UTC().Truncate(time.Hour) }
 
 // Observe implements tracewindow.Index: it queues e for the writer and
-// returns at once. A full queue drops e (Stats.Dropped).
+// returns at once; a saga's end (a terminal state) it writes first, and
+// queues only if that write fails (Stats.WrittenThrough counts those
+// written). A full queue drops e (Stats.Dropped).
 func (x *Index) Observe(scope eventstore.Scope, e tracewindow.Entry) {
 	e, ok := tracewindow.Normalize(e)
 	if !ok || scope.Validate() != nil {
@@ -328,6 +356,9 @@ func (x *Index) Observe(scope eventstore.Scope, e tracewindow.Entry) {
 		x.dropped.Add(1)
 		return
 	}
+	if e.State.Terminal() && x.o.through > 0 && x.writeThrough(scope, e) {
+		return
+	}
 	select {
 	case x.queue <- item{scope, e}:
 		x.observed.Add(1)
@@ -335,6 +366,44 @@ func (x *Index) Observe(scope eventstore.Scope, e tracewindow.Entry) {
 		x.dropped.Add(1)
 		x.warn("cassandraindex: queue full: an index entry was dropped (the list may show that saga's older state until its next transition)")
 	}
+}
+
+// writeThrough writes the row of e now; it reports whether it did.
+func (x *Index) writeThrough(scope eventstore.Scope, e tracewindow.Entry) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), x.o.through)
+	defer cancel()
+	x.recordDomain(ctx, domainKey{scope, e.Domain})
+	err := x.session.Query(x.stmtRow, x.rowArgs(partKey{scope, e.Domain, Bucket(e.CreatedAt)}, e)...).
+		Consistency(x.writeCL).Idempotent(true).ExecContext(ctx)
+	if err != nil {
+		x.warn("cassandraindex: a saga's end was not written through (queued instead)", "tx", e.TxID, "err", err)
+		return false
+	}
+	x.observed.Add(1)
+	x.through.Add(1)
+	return true
+}
+
+// rowArgs are the values of stmtRow for e in partition pk.
+func (x *Index) rowArgs(pk partKey, e tracewindow.Entry) []any {
+	return []any{pk.scope.Region, pk.scope.Cluster, pk.scope.Service, pk.domain, pk.bucket,
+		e.TxID, string(e.State), e.Span, e.Kind, e.Endpoint, e.Error, e.UpdatedAt, e.Definition, int(x.o.retention / time.Second), e.UpdatedAt.UnixMicro()}
+}
+
+// recordDomain writes the domain row of dk unless this process did.
+func (x *Index) recordDomain(ctx context.Context, dk domainKey) {
+	if _, ok := x.domains.Load(dk); ok {
+		return
+	}
+	err := x.retry(ctx, func() error {
+		return x.session.Query(x.stmtDom, dk.scope.Region, dk.scope.Cluster, dk.scope.Service, dk.domain, time.Now()).
+			Consistency(x.writeCL).Idempotent(true).ExecContext(ctx)
+	})
+	if err != nil {
+		x.warn("cassandraindex: could not record a domain", "domain", dk.domain, "err", err)
+		return
+	}
+	x.domains.Store(dk, struct{}{})
 }
 
 // warn logs at most once every 10 seconds.
@@ -453,20 +522,8 @@ func (x *Index) write(ctx context.Context, pending map[rowKey]tracewindow.Entry)
 	for k, e := range pending {
 		pk := partKey{k.scope, k.domain, Bucket(e.CreatedAt)}
 		parts[pk] = append(parts[pk], e)
-		dk := domainKey{k.scope, k.domain}
-		if _, ok := x.domains.Load(dk); !ok {
-			err := x.retry(ctx, func() error {
-				return x.session.Query(x.stmtDom, dk.scope.Region, dk.scope.Cluster, dk.scope.Service, dk.domain, time.Now()).
-					Consistency(x.writeCL).Idempotent(true).ExecContext(ctx)
-			})
-			if err != nil {
-				x.warn("cassandraindex: could not record a domain", "domain", dk.domain, "err", err)
-			} else {
-				x.domains.Store(dk, struct{}{})
-			}
-		}
+		x.recordDomain(ctx, domainKey{k.scope, k.domain})
 	}
-	ttl := int(x.o.retention / time.Second)
 	sem := make(chan struct{}, writeParallelism)
 	var wg sync.WaitGroup
 	for pk, entries := range parts {
@@ -479,9 +536,7 @@ func (x *Index) write(ctx context.Context, pending map[rowKey]tracewindow.Entry)
 				err := x.retry(ctx, func() error {
 					b := x.session.Batch(gocql.UnloggedBatch).Consistency(x.writeCL)
 					for _, e := range chunk {
-						b.Entries = append(b.Entries, gocql.BatchEntry{Stmt: x.stmtRow, Idempotent: true, Args: []any{
-							pk.scope.Region, pk.scope.Cluster, pk.scope.Service, pk.domain, pk.bucket,
-							e.TxID, string(e.State), e.Span, e.Kind, e.Endpoint, e.Error, e.UpdatedAt, e.Definition, ttl, e.UpdatedAt.UnixMicro()}})
+						b.Entries = append(b.Entries, gocql.BatchEntry{Stmt: x.stmtRow, Idempotent: true, Args: x.rowArgs(pk, e)})
 					}
 					return b.ExecContext(ctx)
 				})
@@ -659,6 +714,9 @@ type Stats struct {
 	// cannot be indexed (an id without a creation time); Failed the rows
 	// whose batch failed after retries.
 	Observed, Coalesced, Dropped, Skipped, Failed int64
+	// WrittenThrough counts the saga ends Observe wrote before returning
+	// (each one of Observed and of Writes).
+	WrittenThrough int64
 	// Rows counts the index rows written (statements inside batches);
 	// Batches the write batches sent; Writes the statements sent on their
 	// own (domain rows); Reads the SELECT round trips (each page counts).
@@ -670,7 +728,7 @@ type Stats struct {
 func (x *Index) Stats() Stats {
 	return Stats{
 		Observed: x.observed.Load(), Coalesced: x.coalesced.Load(), Dropped: x.dropped.Load(),
-		Skipped: x.skipped.Load(), Failed: x.failed.Load(),
+		Skipped: x.skipped.Load(), Failed: x.failed.Load(), WrittenThrough: x.through.Load(),
 		Rows: x.obs.rows.Load(), Batches: x.obs.batches.Load(), Writes: x.obs.writes.Load(), Reads: x.obs.reads.Load(),
 	}
 }

@@ -256,7 +256,7 @@
     var domainSel = el('select', { id: 'f-domain', name: 'domain' }, el('option', { value: '', text: 'All domains' }));
     var stateSel = el('select', { id: 'f-state', name: 'state' },
       el('option', { value: '', text: 'Any state' }),
-      el('option', { value: IN_FLIGHT, text: 'In flight' }),
+      el('option', { value: IN_FLIGHT, text: 'In flight (not ended)', title: 'every state but COMPLETED, COMPENSATED, COMPENSATION_FAILED and TERMINATED; DISABLED included' }),
       S.config.states.map(function (s) { return el('option', { value: s, text: s }); }));
     var from = el('input', { id: 'f-from', name: 'from', type: 'datetime-local' });
     var to = el('input', { id: 'f-to', name: 'to', type: 'datetime-local' });
@@ -418,11 +418,12 @@
         fact('Version', s.version),
         s.lifetime_start ? fact('Lifetime since', fmtTime(s.lifetime_start)) : null,
         s.paused_until ? fact('Paused until', fmtTime(s.paused_until)) : null,
-        s.restore_watchdog ? fact('Restore watchdog', s.restore_watchdog.day + ' slot ' + s.restore_watchdog.minute_of_day + ' bucket ' + s.restore_watchdog.bucket) : null,
+        s.restore_watchdog ? fact('Restore watchdog', (s.restore_watchdog.window_start ? 'due ' + fmtTime(s.restore_watchdog.window_start) + ' – ' + fmtTime(s.restore_watchdog.window_end) : s.restore_watchdog.day + ' slot ' + s.restore_watchdog.minute_of_day) + ' · bucket ' + s.restore_watchdog.bucket, 'saga-watchdog') : null,
         s.frozen ? fact('Frozen', fmtTime(s.frozen.frozen_at) + ' as ' + s.frozen.state) : null,
         s.trace_id ? fact('Trace id', s.trace_id, 'saga-trace-id') : null,
         traceLink(s)),
-      s.error ? el('div', { class: 'error-box', id: 'saga-error', text: (s.state === 'COMPLETED' ? 'last error (the saga recovered from it): ' : '') + s.error }) : null,
+      s.error ? el('div', { class: 'error-box', id: 'saga-error', text: s.error }) : null,
+      s.last_error ? el('div', { class: 'muted', id: 'saga-last-error', text: 'history: an earlier attempt failed with "' + s.last_error + '"; the saga went on (see its steps)' }) : null,
       s.frozen && s.frozen.reason && s.frozen.reason !== s.error ? el('div', { class: 'error-box', text: 'frozen: ' + s.frozen.reason }) : null,
       actionButtons(d));
     view.appendChild(head);
