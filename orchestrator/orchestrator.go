@@ -252,6 +252,7 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	if err := topics.ValidName(domain.Name); err != nil {
 		errs = append(errs, fmt.Errorf("orchestrator: domain name: %w", err))
 	}
+	errs = append(errs, cfg.applyFile(service, domain.Name)...)
 	defs, defErrs := newDefinitions(domain)
 	errs = append(errs, defErrs...)
 	startVersion := defs.newest

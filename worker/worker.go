@@ -182,6 +182,7 @@ func New(service string, opts ...Option) (*Worker, error) {
 		}
 		o.apply(&cfg)
 	}
+	errs = append(errs, cfg.applyFile(service)...)
 	for i, b := range cfg.brokers {
 		if b == "" {
 			errs = append(errs, fmt.Errorf("worker: broker %d is empty", i))
