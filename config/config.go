@@ -193,8 +193,8 @@ func loadInstance(data []byte, lookup func(string) (string, bool)) (Instance, er
 	var doc struct {
 		Stacksaga struct {
 			Instance struct {
-				Region  string `yaml:"region"`
-				Cluster string `yaml:"cluster"`
+				Region     string `yaml:"region"`
+				Cluster    string `yaml:"cluster"`
 				Service    string `yaml:"service"`
 				RegionCode string `yaml:"region-code"`
 			} `yaml:"instance"`

@@ -2,8 +2,8 @@ package config
 
 import (
 	"errors"
-	"path/filepath"
 	"log/slog"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"

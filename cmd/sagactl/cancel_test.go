@@ -245,3 +245,19 @@ func TestCancelOverTLS(t *testing.T) {
 		t.Errorf("callback topic holds %v, want %v (only the request sent over TLS)", got, want)
 	}
 }
+
+// TestEnvBrokersDeprecatedName: STACKSAGA_KAFKA_BROKERS is read silently;
+// KAFKA_BROKERS, when it is unset, with a note naming the new name.
+func TestEnvBrokersDeprecatedName(t *testing.T) {
+	t.Setenv("STACKSAGA_KAFKA_BROKERS", "")
+	t.Setenv("KAFKA_BROKERS", "127.0.0.1:19092")
+	var errb strings.Builder
+	if got := envBrokers(&errb); got != "127.0.0.1:19092" || !strings.Contains(errb.String(), "KAFKA_BROKERS is deprecated: set STACKSAGA_KAFKA_BROKERS") {
+		t.Errorf("KAFKA_BROKERS: %q, stderr %q", got, errb.String())
+	}
+	errb.Reset()
+	t.Setenv("STACKSAGA_KAFKA_BROKERS", "127.0.0.1:29092")
+	if got := envBrokers(&errb); got != "127.0.0.1:29092" || errb.Len() != 0 {
+		t.Errorf("STACKSAGA_KAFKA_BROKERS: %q, stderr %q", got, errb.String())
+	}
+}

@@ -2,7 +2,7 @@
 // worker that serves the place-order saga's inventory step. Run Kafka first
 // (docker compose up -d, or make services-up), then:
 //
-//	KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/inventory-service
+//	STACKSAGA_KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/inventory-service
 package main
 
 import "github.com/stacksaga-go/stacksaga/examples/placeorder"

@@ -7,23 +7,27 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/worker"
 )
 
-// Brokers returns the Kafka brokers named by flagValue, else by the
-// KAFKA_BROKERS environment variable, else 127.0.0.1:9092.
+// Brokers returns the Kafka brokers named by flagValue, else by
+// STACKSAGA_KAFKA_BROKERS (or the deprecated KAFKA_BROKERS, with a
+// warning), else 127.0.0.1:9092.
 func Brokers(flagValue string) []string {
-	v := flagValue
-	if v == "" {
-		v = os.Getenv("KAFKA_BROKERS")
+	if b := kafkaflags.SplitBrokers(flagValue); len(b) > 0 {
+		return b
 	}
-	if v == "" {
-		v = "127.0.0.1:9092"
+	b, deprecated, ok := kafkaflags.EnvBrokersOf(os.LookupEnv)
+	if !ok {
+		return []string{kafkaflags.DefaultBroker}
 	}
-	return strings.Split(v, ",")
+	if deprecated {
+		slog.Warn(kafkaflags.DeprecationNote)
+	}
+	return b
 }
 
 // EnvInstanceID is the environment variable that gives an example service
@@ -50,7 +54,7 @@ func InstanceIDFlag(fs *flag.FlagSet, getenv func(string) string) *string {
 // or SIGTERM, and exits non-zero on failure. extra are more worker options
 // (a guard, say).
 func WorkerMain(service string, register func(*worker.Worker, Observer) error, extra ...worker.Option) {
-	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
+	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $STACKSAGA_KAFKA_BROKERS or 127.0.0.1:9092)")
 	metricsAddr := flag.String("metrics-addr", os.Getenv(EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+EnvMetricsAddr+"; empty: no metrics)")
 	instanceID := InstanceIDFlag(flag.CommandLine, os.Getenv)
 	flag.Parse()

@@ -2,7 +2,7 @@
 // worker that serves the place-order saga's shipping step. Run Kafka first
 // (docker compose up -d, or make services-up), then:
 //
-//	KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/shipping-service
+//	STACKSAGA_KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/shipping-service
 package main
 
 import "github.com/stacksaga-go/stacksaga/examples/placeorder"
