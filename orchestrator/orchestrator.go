@@ -609,7 +609,7 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 	}
 	if o.cfg.provision {
 		if err := topics.Ensure(ctx, kadm.NewClient(o.prod), topics.OrchestratorTopics(o.domain.Name), o.cfg.topicCfg); err != nil {
-			return fmt.Errorf("orchestrator: provision: %w", err)
+			return fmt.Errorf("orchestrator: provision: %w", topics.NameBrokerError(err, o.cfg.brokers))
 		}
 	} else {
 		// A direct request: kadm's cached metadata could still say
@@ -620,7 +620,7 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 		req.Topics = append(req.Topics, rt)
 		resp, err := req.RequestWith(ctx, o.prod)
 		if err != nil {
-			return fmt.Errorf("orchestrator: check callback topic %s: %w", o.cbTopic, err)
+			return fmt.Errorf("orchestrator: check callback topic %s: %w", o.cbTopic, topics.NameBrokerError(err, o.cfg.brokers))
 		}
 		found := false
 		for _, t := range resp.Topics {

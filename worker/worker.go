@@ -445,7 +445,7 @@ func (w *Worker) provision(ctx context.Context) error {
 	}
 	defer cl.Close()
 	if err := topics.Ensure(ctx, kadm.NewClient(cl), []string{w.topic, w.dlt}, w.cfg.provision); err != nil {
-		return fmt.Errorf("worker: provision topics: %w", err)
+		return fmt.Errorf("worker: provision topics: %w", topics.NameBrokerError(err, w.cfg.brokers))
 	}
 	return nil
 }

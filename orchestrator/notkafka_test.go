@@ -1,0 +1,55 @@
+package orchestrator_test
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stacksaga-go/stacksaga/eventstore/memory"
+	"github.com/stacksaga-go/stacksaga/orchestrator"
+)
+
+// TestBrokerThatIsNotKafka: an address that answers but not in Kafka's
+// protocol (the real PostgreSQL of the services) is named as such, and
+// every Start of a burst racing the failed dial reports that, not "client
+// closed".
+func TestBrokerThatIsNotKafka(t *testing.T) {
+	dsn := os.Getenv("POSTGRES_DSN")
+	if dsn == "" {
+		if os.Getenv("STACKSAGA_REQUIRE_SERVICES") == "1" {
+			t.Fatal("POSTGRES_DSN unset")
+		}
+		t.Skip("POSTGRES_DSN unset")
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := u.Host
+	o, err := orchestrator.New("order-service", testDomain(), orchestrator.WithBrokers(addr), orchestrator.WithStore(memory.New()), orchestrator.WithoutRecovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = o.Start(ctx, order{ID: "o-1"})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), addr+" does not speak the Kafka protocol") {
+			t.Errorf("Start %d: %v, want %q", i, err, addr+" does not speak the Kafka protocol")
+		}
+	}
+}
