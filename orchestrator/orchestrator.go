@@ -149,6 +149,7 @@ type Orchestrator[T any] struct {
 
 	mu        sync.Mutex // guards closed, cancelRun
 	closed    bool
+	runErr    error // why Run failed (closedErr), set before it closes
 	started   atomic.Bool
 	cancelRun context.CancelFunc
 	done      chan struct{} // closed when Run returns
@@ -464,6 +465,11 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 	o.mu.Unlock()
 	defer func() {
 		cancel()
+		if err != nil {
+			o.mu.Lock()
+			o.runErr = err
+			o.mu.Unlock()
+		}
 		o.releaseAll()
 		close(o.done)
 	}()
@@ -582,6 +588,19 @@ func (o *Orchestrator[T]) releaseAll() {
 			_ = o.store.Close()
 		}
 	})
+}
+
+// closedErr gives a call that failed because Run's failure closed the
+// orchestrator (ErrClosed, or the client's "client closed") the reason
+// Run failed, a dial error say, wrapping both; other errors pass.
+func (o *Orchestrator[T]) closedErr(err error) error {
+	o.mu.Lock()
+	runErr := o.runErr
+	o.mu.Unlock()
+	if runErr == nil || !(errors.Is(err, ErrClosed) || errors.Is(err, kgo.ErrClientClosed)) {
+		return err
+	}
+	return fmt.Errorf("%w: Run failed: %w", ErrClosed, runErr)
 }
 
 func (o *Orchestrator[T]) isClosed() bool {
@@ -708,10 +727,10 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T, opts ...StartOpti
 // start is Start; span is Start's span when tracing is on (nil otherwise).
 func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span, so *startOptions) (string, error) {
 	if o.isClosed() {
-		return "", ErrClosed
+		return "", o.closedErr(ErrClosed)
 	}
 	if err := o.ensureTopics(ctx); err != nil {
-		return "", err
+		return "", o.closedErr(err)
 	}
 	now := o.cfg.now()
 	txID, err := NewTxID(now, o.code)
