@@ -38,9 +38,18 @@ func ValidName(s string) error {
 	return nil
 }
 
-// Header names set on dead-lettered records.
+// Header names set on dead-lettered records (DeadLetterHeaders), all
+// starting "stacksaga-dlt-".
 const (
-	HeaderDeadLetterReason = "stacksaga-dlt-reason"
-	HeaderDeadLetterTopic  = "stacksaga-dlt-topic"
-	HeaderDeadLetterOffset = "stacksaga-dlt-offset"
+	HeaderDeadLetterReason    = "stacksaga-dlt-reason"
+	HeaderDeadLetterCode      = "stacksaga-dlt-code"
+	HeaderDeadLetterBy        = "stacksaga-dlt-by"
+	HeaderDeadLetterTopic     = "stacksaga-dlt-topic"
+	HeaderDeadLetterPartition = "stacksaga-dlt-partition"
+	HeaderDeadLetterOffset    = "stacksaga-dlt-offset"
+	// HeaderDeadLetterReplayedFrom marks a record sagactl dlt replay
+	// re-published: "<dlt topic>/<partition>/<offset>".
+	HeaderDeadLetterReplayedFrom = "stacksaga-dlt-replayed-from"
+
+	headerDeadLetterPrefix = "stacksaga-dlt-"
 )

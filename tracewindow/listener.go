@@ -14,8 +14,7 @@ import (
 //		orchestrator.WithListener(tracewindow.Listener(idx, scope)), ...)
 //
 // (Example runs it.) It costs the orchestrator one Index.Observe per
-// transition, which never
-// waits for I/O.
+// transition, which never waits for I/O.
 func Listener(idx Index, scope eventstore.Scope) func(orchestrator.Event) {
 	return func(ev orchestrator.Event) {
 		idx.Observe(scope, EntryOfEvent(ev))

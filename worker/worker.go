@@ -775,7 +775,8 @@ func (w *Worker) produceReply(ctx context.Context, cl *kgo.Client, rec *kgo.Reco
 // durable. If the record is too large for the dead-letter topic it is sent
 // without its value, the reason saying so.
 func (w *Worker) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, reason string) error {
-	reason, err := topics.ProduceDeadLetter(ctx, cl, r, reason)
+	code, detail, _ := strings.Cut(reason, ": ") // the worker's reasons: "<code>: <detail>"
+	reason, err := topics.ProduceDeadLetter(ctx, cl, r, topics.DeadLetterCause{By: topics.DeadLetterByWorker, Code: code, Detail: detail})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
