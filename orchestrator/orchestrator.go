@@ -988,7 +988,11 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 		return err // gone, or moved on meanwhile: leave it
 	}
 	from := cur.State
-	cur.State, cur.Error = eventstore.StateRetryPending, err.Error()
+	service, _ := parseQualified(cur.Endpoint)
+	reason := o.unsentReason(pctx, service, err)
+	o.logger().Warn("orchestrator: command not published; saga parked in RETRY_PENDING", "tx", tx.TxID, "topic", topics.CommandTopic(service), "reason", reason)
+	tryout := unsentTryout(&cur, reason, o.cfg.now())
+	cur.State, cur.Error = eventstore.StateRetryPending, reason
 	cur.Version++
 	// Away from the reply path: raise the fence. A publish that failed may
 	// still have reached the broker, and the reply to it be applied by the
@@ -997,6 +1001,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	// be merged with it cell by cell (eventstore.Store.Transition).
 	cur.Fence++
 	cur.UpdatedAt = o.cfg.now()
+	tryout.Index = int(cur.Version)
 	o.cache.drop(cur.TxID)
 	// The retry first, as park does: a saga parked without one would wait
 	// for its restore watchdog.
@@ -1004,7 +1009,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	if o.faultAt(FaultParkRetry, cur.TxID) {
 		return err
 	}
-	if perr := o.store.Transition(pctx, cur, nil); perr != nil {
+	if perr := o.store.Transition(pctx, cur, tryout); perr != nil {
 		o.logger().Error("orchestrator: saga stranded: command not sent and state not saved", "tx", tx.TxID, "err", err, "persist_err", perr)
 		return err
 	}
@@ -1179,7 +1184,7 @@ func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transactio
 	}
 	rec := &kgo.Record{Topic: topics.CommandTopic(step.Service), Key: []byte(tx.TxID), Value: b}
 	if err := o.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("orchestrator: publish command %s span %d: %w", tx.TxID, tx.Span, err)
+		return fmt.Errorf("orchestrator: publish command %s span %d to %s: %w", tx.TxID, tx.Span, rec.Topic, err)
 	}
 	o.stats.commands.Add(1)
 	return nil

@@ -22,6 +22,10 @@ func legalChars(s string) bool {
 // CommandTopic is the one command topic of a worker service.
 func CommandTopic(service string) string { return Prefix + "." + service + ".command" }
 
+// WorkerGroup is the default consumer group of a worker service's
+// command topic (a share group's adds ".share").
+func WorkerGroup(service string) string { return Prefix + "." + service + ".worker" }
+
 // CallbackTopic is the one callback topic of a saga domain, that every worker
 // replies to.
 func CallbackTopic(domain string) string { return Prefix + "." + domain + ".callback" }

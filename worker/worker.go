@@ -171,7 +171,7 @@ func New(service string, opts ...Option) (*Worker, error) {
 		logger:         slog.Default(),
 		concurrency:    DefaultConcurrency,
 		maxRecordBytes: DefaultMaxRecordBytes,
-		group:          topics.Prefix + "." + service + ".worker",
+		group:          topics.WorkerGroup(service),
 		guard:          passThrough{},
 	}
 	var errs []error
