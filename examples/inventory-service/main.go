@@ -3,6 +3,11 @@
 // (docker compose up -d, or make services-up), then:
 //
 //	STACKSAGA_KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/inventory-service
+//
+// or with the services' YAML applied whole (worker.WithConfig: region,
+// cluster, brokers, group; its write protection as the guard):
+//
+//	go run ./examples/inventory-service --config examples/stacksaga.yaml
 package main
 
 import "github.com/stacksaga-go/stacksaga/examples/placeorder"
