@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/topics"
@@ -25,6 +26,7 @@ import (
 func TestCancelUsage(t *testing.T) {
 	clearAdminEnv(t)
 	t.Setenv(envKafkaBrokers, "")
+	t.Setenv(kafkaflags.DeprecatedEnvBrokers, "")
 	for _, args := range [][]string{
 		{"cancel", "--service", "s", "--reason", "r", "--brokers", "127.0.0.1:1"},
 		{"cancel", "tx", "--service", "s", "--brokers", "127.0.0.1:1"},
