@@ -216,7 +216,8 @@ type Tryout struct {
 	Query   bool
 	Attempt int
 	// Outcome is "ok", "retryable", "non_retryable", "paused", "sent",
-	// "resumed", or "cancelled" and "terminated" (an operator's Cancel or
+	// "resumed", "unsent" (the command could not be published; Error says
+	// why), or "cancelled" and "terminated" (an operator's Cancel or
 	// Terminate; Error then says who asked and why).
 	Outcome string
 	Error   string

@@ -22,3 +22,10 @@ func WithStepArmedHook(f func(txID string, span int, d time.Duration, deadline b
 func WithWaitPolls(first, most time.Duration) Option {
 	return optFunc(func(c *config) { c.waitPoll = [2]time.Duration{first, most} })
 }
+
+// FileApplied returns, for tests, what WithConfig set: the seed brokers,
+// the session timeout, the region code and the recovery window.
+func FileApplied[T any](o *Orchestrator[T]) (brokers []string, session time.Duration, regionCode uint16, window time.Duration) {
+	code, _ := o.cfg.regions.RegionCode(o.cfg.region)
+	return o.cfg.brokers, o.cfg.membership.SessionTimeout, code, o.cfg.recovery.Interval
+}

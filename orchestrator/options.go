@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	sagaconfig "github.com/stacksaga-go/stacksaga/config"
 	"log/slog"
 	"time"
 
@@ -22,10 +23,14 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	brokers     []string
-	kafkaOpts   []kgo.Opt
-	store       eventstore.Store
-	ownStore    bool
+	brokers   []string
+	kafkaOpts []kgo.Opt
+	store     eventstore.Store
+	storeSet  bool // WithStore was given
+	ownStore  bool
+	// file is WithConfig's document, fileErr its Kafka settings' error.
+	file        *sagaconfig.Config
+	fileErr     error
 	region      string
 	cluster     string
 	regions     RegionResolver
@@ -201,7 +206,7 @@ func WithKafkaOpts(opts ...kgo.Opt) Option {
 
 // WithStore sets the event store. Default: a new in-memory store (the
 // embedded default), closed with the orchestrator.
-func WithStore(s eventstore.Store) Option { return optFunc(func(c *config) { c.store = s }) }
+func WithStore(s eventstore.Store) Option { return optFunc(func(c *config) { c.setStore(s) }) }
 
 // WithRegion sets the instance's region (stacksaga.instance.region). Default
 // "default" (code 1). A custom region needs WithRegionResolver.

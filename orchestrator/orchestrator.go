@@ -149,6 +149,7 @@ type Orchestrator[T any] struct {
 
 	mu        sync.Mutex // guards closed, cancelRun
 	closed    bool
+	runErr    error // why Run failed (closedErr), set before it closes
 	started   atomic.Bool
 	cancelRun context.CancelFunc
 	done      chan struct{} // closed when Run returns
@@ -252,6 +253,7 @@ func New[T any](service string, domain Domain[T], opts ...Option) (*Orchestrator
 	if err := topics.ValidName(domain.Name); err != nil {
 		errs = append(errs, fmt.Errorf("orchestrator: domain name: %w", err))
 	}
+	errs = append(errs, cfg.applyFile(service, domain.Name)...)
 	defs, defErrs := newDefinitions(domain)
 	errs = append(errs, defErrs...)
 	startVersion := defs.newest
@@ -463,6 +465,11 @@ func (o *Orchestrator[T]) Run(ctx context.Context) (err error) {
 	o.mu.Unlock()
 	defer func() {
 		cancel()
+		if err != nil {
+			o.mu.Lock()
+			o.runErr = err
+			o.mu.Unlock()
+		}
 		o.releaseAll()
 		close(o.done)
 	}()
@@ -583,6 +590,19 @@ func (o *Orchestrator[T]) releaseAll() {
 	})
 }
 
+// closedErr gives a call that failed because Run's failure closed the
+// orchestrator (ErrClosed, or the client's "client closed") the reason
+// Run failed, a dial error say, wrapping both; other errors pass.
+func (o *Orchestrator[T]) closedErr(err error) error {
+	o.mu.Lock()
+	runErr := o.runErr
+	o.mu.Unlock()
+	if runErr == nil || !(errors.Is(err, ErrClosed) || errors.Is(err, kgo.ErrClientClosed)) {
+		return err
+	}
+	return fmt.Errorf("%w: Run failed: %w", ErrClosed, runErr)
+}
+
 func (o *Orchestrator[T]) isClosed() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -608,7 +628,7 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 	}
 	if o.cfg.provision {
 		if err := topics.Ensure(ctx, kadm.NewClient(o.prod), topics.OrchestratorTopics(o.domain.Name), o.cfg.topicCfg); err != nil {
-			return fmt.Errorf("orchestrator: provision: %w", err)
+			return fmt.Errorf("orchestrator: provision: %w", topics.NameBrokerError(err, o.cfg.brokers))
 		}
 	} else {
 		// A direct request: kadm's cached metadata could still say
@@ -619,7 +639,7 @@ func (o *Orchestrator[T]) ensureTopics(ctx context.Context) error {
 		req.Topics = append(req.Topics, rt)
 		resp, err := req.RequestWith(ctx, o.prod)
 		if err != nil {
-			return fmt.Errorf("orchestrator: check callback topic %s: %w", o.cbTopic, err)
+			return fmt.Errorf("orchestrator: check callback topic %s: %w", o.cbTopic, topics.NameBrokerError(err, o.cfg.brokers))
 		}
 		found := false
 		for _, t := range resp.Topics {
@@ -707,10 +727,10 @@ func (o *Orchestrator[T]) Start(ctx context.Context, entity T, opts ...StartOpti
 // start is Start; span is Start's span when tracing is on (nil otherwise).
 func (o *Orchestrator[T]) start(ctx context.Context, entity T, span trace.Span, so *startOptions) (string, error) {
 	if o.isClosed() {
-		return "", ErrClosed
+		return "", o.closedErr(ErrClosed)
 	}
 	if err := o.ensureTopics(ctx); err != nil {
-		return "", err
+		return "", o.closedErr(err)
 	}
 	now := o.cfg.now()
 	txID, err := NewTxID(now, o.code)
@@ -968,7 +988,11 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 		return err // gone, or moved on meanwhile: leave it
 	}
 	from := cur.State
-	cur.State, cur.Error = eventstore.StateRetryPending, err.Error()
+	service, _ := parseQualified(cur.Endpoint)
+	reason := o.unsentReason(pctx, service, err)
+	o.logger().Warn("orchestrator: command not published; saga parked in RETRY_PENDING", "tx", tx.TxID, "topic", topics.CommandTopic(service), "reason", reason)
+	tryout := unsentTryout(&cur, reason, o.cfg.now())
+	cur.State, cur.Error = eventstore.StateRetryPending, reason
 	cur.Version++
 	// Away from the reply path: raise the fence. A publish that failed may
 	// still have reached the broker, and the reply to it be applied by the
@@ -977,6 +1001,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	// be merged with it cell by cell (eventstore.Store.Transition).
 	cur.Fence++
 	cur.UpdatedAt = o.cfg.now()
+	tryout.Index = int(cur.Version)
 	o.cache.drop(cur.TxID)
 	// The retry first, as park does: a saga parked without one would wait
 	// for its restore watchdog.
@@ -984,7 +1009,7 @@ func (o *Orchestrator[T]) parkUnsent(ctx context.Context, tx *eventstore.Transac
 	if o.faultAt(FaultParkRetry, cur.TxID) {
 		return err
 	}
-	if perr := o.store.Transition(pctx, cur, nil); perr != nil {
+	if perr := o.store.Transition(pctx, cur, tryout); perr != nil {
 		o.logger().Error("orchestrator: saga stranded: command not sent and state not saved", "tx", tx.TxID, "err", err, "persist_err", perr)
 		return err
 	}
@@ -1159,7 +1184,7 @@ func (o *Orchestrator[T]) publish(ctx context.Context, tx *eventstore.Transactio
 	}
 	rec := &kgo.Record{Topic: topics.CommandTopic(step.Service), Key: []byte(tx.TxID), Value: b}
 	if err := o.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("orchestrator: publish command %s span %d: %w", tx.TxID, tx.Span, err)
+		return fmt.Errorf("orchestrator: publish command %s span %d to %s: %w", tx.TxID, tx.Span, rec.Topic, err)
 	}
 	o.stats.commands.Add(1)
 	return nil

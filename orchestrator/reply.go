@@ -143,7 +143,7 @@ const (
 // deadLetter sends r to the callback topic's dead-letter topic with reason,
 // and counts it under code.
 func (o *Orchestrator[T]) deadLetter(ctx context.Context, r *kgo.Record, code, reason string) error {
-	reason, err := topics.ProduceDeadLetter(ctx, o.prod, r, reason)
+	reason, err := topics.ProduceDeadLetter(ctx, o.prod, r, topics.DeadLetterCause{By: topics.DeadLetterByOrchestrator, Code: code, Detail: reason})
 	if err != nil {
 		return fmt.Errorf("orchestrator: dead-letter: %w", err)
 	}

@@ -22,6 +22,10 @@ func legalChars(s string) bool {
 // CommandTopic is the one command topic of a worker service.
 func CommandTopic(service string) string { return Prefix + "." + service + ".command" }
 
+// WorkerGroup is the default consumer group of a worker service's
+// command topic (a share group's adds ".share").
+func WorkerGroup(service string) string { return Prefix + "." + service + ".worker" }
+
 // CallbackTopic is the one callback topic of a saga domain, that every worker
 // replies to.
 func CallbackTopic(domain string) string { return Prefix + "." + domain + ".callback" }
@@ -38,9 +42,18 @@ func ValidName(s string) error {
 	return nil
 }
 
-// Header names set on dead-lettered records.
+// Header names set on dead-lettered records (DeadLetterHeaders), all
+// starting "stacksaga-dlt-".
 const (
-	HeaderDeadLetterReason = "stacksaga-dlt-reason"
-	HeaderDeadLetterTopic  = "stacksaga-dlt-topic"
-	HeaderDeadLetterOffset = "stacksaga-dlt-offset"
+	HeaderDeadLetterReason    = "stacksaga-dlt-reason"
+	HeaderDeadLetterCode      = "stacksaga-dlt-code"
+	HeaderDeadLetterBy        = "stacksaga-dlt-by"
+	HeaderDeadLetterTopic     = "stacksaga-dlt-topic"
+	HeaderDeadLetterPartition = "stacksaga-dlt-partition"
+	HeaderDeadLetterOffset    = "stacksaga-dlt-offset"
+	// HeaderDeadLetterReplayedFrom marks a record sagactl dlt replay
+	// re-published: "<dlt topic>/<partition>/<offset>".
+	HeaderDeadLetterReplayedFrom = "stacksaga-dlt-replayed-from"
+
+	headerDeadLetterPrefix = "stacksaga-dlt-"
 )

@@ -42,22 +42,22 @@ func TooLarge(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
-// ProduceDeadLetter sends r to its dead-letter topic with reason (see
+// ProduceDeadLetter sends r to its dead-letter topic for cause c (see
 // DeadLetter) and waits until it is durable. The dead-letter headers make
 // the record larger than r: if the result is too large to produce, r is
 // dead-lettered without its value, the reason saying how many bytes were
 // dropped and why, so that a record near the size limit can never stall its
 // consumer. It returns the reason the dead letter was written with.
-func ProduceDeadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, reason string) (string, error) {
-	err := cl.ProduceSync(ctx, DeadLetter(r, reason)).FirstErr()
+func ProduceDeadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, c DeadLetterCause) (string, error) {
+	err := cl.ProduceSync(ctx, DeadLetter(r, c)).FirstErr()
 	if err != nil && TooLarge(err) {
 		stripped := *r
 		stripped.Value = nil
-		reason = fmt.Sprintf("%s; value of %d bytes dropped: %v", reason, len(r.Value), err)
-		err = cl.ProduceSync(ctx, DeadLetter(&stripped, reason)).FirstErr()
+		c.Detail = fmt.Sprintf("%s; value of %d bytes dropped: %v", c.Detail, len(r.Value), err)
+		err = cl.ProduceSync(ctx, DeadLetter(&stripped, c)).FirstErr()
 	}
 	if err != nil {
-		return reason, fmt.Errorf("topics: produce dead letter to %s: %w", DeadLetterTopic(r.Topic), err)
+		return c.Reason(), fmt.Errorf("topics: produce dead letter to %s: %w", DeadLetterTopic(r.Topic), err)
 	}
-	return reason, nil
+	return c.Reason(), nil
 }

@@ -13,10 +13,12 @@
 //	scope := eventstore.Scope{Region: "default", Cluster: "default", Service: "order-service"}
 //	o, err := orchestrator.New("order-service", domain, orchestrator.WithStore(store),
 //		orchestrator.WithListener(tracewindow.Listener(idx, scope)))
-//	tw, err := tracewindow.New(store, scope, tracewindow.WithIndex(idx))
+//	tw, err := tracewindow.New(store, scope, tracewindow.WithIndex(idx),
+//		tracewindow.WithReadToken(readToken)) // no read authentication: ErrNoReadAuth
 //	mux.Handle("/trace/", http.StripPrefix("/trace", tw))
 //
-// On the in-memory store, use NewMemoryIndex instead of cassandraindex.
+// On the in-memory store, use NewMemoryIndex instead of cassandraindex; the
+// package's Example runs this wiring so.
 //
 // # API
 //

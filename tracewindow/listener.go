@@ -13,8 +13,8 @@ import (
 //	o, err := orchestrator.New(service, domain,
 //		orchestrator.WithListener(tracewindow.Listener(idx, scope)), ...)
 //
-// It costs the orchestrator one Index.Observe per transition, which never
-// waits for I/O.
+// (Example runs it.) It costs the orchestrator one Index.Observe per
+// transition, which never waits for I/O.
 func Listener(idx Index, scope eventstore.Scope) func(orchestrator.Event) {
 	return func(ev orchestrator.Event) {
 		idx.Observe(scope, EntryOfEvent(ev))

@@ -1,5 +1,7 @@
 package worker
 
+import "time"
+
 // PendingPartitions returns, for tests, the partitions of the command
 // records whose reply w keeps for a retry, with how many each.
 func PendingPartitions(w *Worker) map[int32]int {
@@ -9,4 +11,10 @@ func PendingPartitions(w *Worker) map[int32]int {
 		return true
 	})
 	return out
+}
+
+// FileApplied returns, for tests, the brokers and session timeout
+// WithConfig set.
+func FileApplied(w *Worker) (brokers []string, session time.Duration) {
+	return w.cfg.brokers, w.cfg.membership.SessionTimeout
 }

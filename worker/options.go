@@ -1,6 +1,7 @@
 package worker
 
 import (
+	sagaconfig "github.com/stacksaga-go/stacksaga/config"
 	"log/slog"
 	"time"
 
@@ -39,6 +40,10 @@ type config struct {
 	provision      topics.Provision
 	noProvision    bool
 	guard          Guard
+	guardSet       bool // WithGuard was given
+	// file is WithConfig's document, fileErr its Kafka settings' error.
+	file           *sagaconfig.Config
+	fileErr        error
 	region         string
 	cluster        string
 	tracerProvider trace.TracerProvider
@@ -115,7 +120,7 @@ func WithoutProvision() Option {
 // embeds *writeprotect.Guard to wrap Execute must wrap ExecuteOverlapped
 // too, or its Execute is bypassed.
 func WithGuard(g Guard) Option {
-	return option(func(c *config) { c.guard = g })
+	return option(func(c *config) { c.guard, c.guardSet = g, true })
 }
 
 // WithRegion names the region this worker runs in (default ""), used in

@@ -171,7 +171,7 @@ func New(service string, opts ...Option) (*Worker, error) {
 		logger:         slog.Default(),
 		concurrency:    DefaultConcurrency,
 		maxRecordBytes: DefaultMaxRecordBytes,
-		group:          topics.Prefix + "." + service + ".worker",
+		group:          topics.WorkerGroup(service),
 		guard:          passThrough{},
 	}
 	var errs []error
@@ -182,6 +182,7 @@ func New(service string, opts ...Option) (*Worker, error) {
 		}
 		o.apply(&cfg)
 	}
+	errs = append(errs, cfg.applyFile(service)...)
 	for i, b := range cfg.brokers {
 		if b == "" {
 			errs = append(errs, fmt.Errorf("worker: broker %d is empty", i))
@@ -444,7 +445,7 @@ func (w *Worker) provision(ctx context.Context) error {
 	}
 	defer cl.Close()
 	if err := topics.Ensure(ctx, kadm.NewClient(cl), []string{w.topic, w.dlt}, w.cfg.provision); err != nil {
-		return fmt.Errorf("worker: provision topics: %w", err)
+		return fmt.Errorf("worker: provision topics: %w", topics.NameBrokerError(err, w.cfg.brokers))
 	}
 	return nil
 }
@@ -774,7 +775,8 @@ func (w *Worker) produceReply(ctx context.Context, cl *kgo.Client, rec *kgo.Reco
 // durable. If the record is too large for the dead-letter topic it is sent
 // without its value, the reason saying so.
 func (w *Worker) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, reason string) error {
-	reason, err := topics.ProduceDeadLetter(ctx, cl, r, reason)
+	code, detail, _ := strings.Cut(reason, ": ") // the worker's reasons: "<code>: <detail>"
+	reason, err := topics.ProduceDeadLetter(ctx, cl, r, topics.DeadLetterCause{By: topics.DeadLetterByWorker, Code: code, Detail: detail})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -24,7 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// worker.WithConfig links package config, hence the ring
+	// coordinator's rsocket, whose ants pool starts a purger at init.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*Pool).purgePeriodically"))
 }
 
 func TestProcessRoundTrip(t *testing.T) { caseProcessRoundTrip(t, newKfake(t)) }

@@ -384,7 +384,7 @@ func runAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.
 			return failf(stderr, exitUsage, "%s: --reason is required (it is recorded in the saga's history)", cmd)
 		}
 		if *f.brokers == "" {
-			*f.brokers = os.Getenv(envKafkaBrokers)
+			*f.brokers = envBrokers(stderr)
 		}
 		if *f.brokers == "" {
 			return failf(stderr, exitUsage, "%s: --brokers (or %s) is required: the request goes to the orchestrator through Kafka", cmd, envKafkaBrokers)

@@ -8,17 +8,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 )
 
 // envKafkaBrokers holds the brokers of cancel and terminate when --brokers
 // is not given.
-const envKafkaBrokers = "STACKSAGA_KAFKA_BROKERS"
+// (kafkaflags.DeprecatedEnvBrokers is read too, with a note: envBrokers).
+const envKafkaBrokers = kafkaflags.EnvBrokers
 
 // jsonControl is the JSON of cancel and terminate.
 type jsonControl struct {
@@ -82,4 +86,15 @@ func (c *cli) control(ctx context.Context, action, txID, reason string, brokers 
 	}
 	fmt.Fprintf(c.stdout, "  see it with: sagactl show %s\n", txID)
 	return exitOK
+}
+
+// envBrokers returns the brokers the environment names
+// (kafkaflags.EnvBrokers, else the deprecated kafkaflags.DeprecatedEnvBrokers
+// with a note on stderr), comma-separated; "" when neither is set.
+func envBrokers(stderr io.Writer) string {
+	b, deprecated, _ := kafkaflags.EnvBrokersOf(os.LookupEnv)
+	if deprecated {
+		fmt.Fprintf(stderr, "sagactl: note: %s\n", kafkaflags.DeprecationNote)
+	}
+	return strings.Join(b, ",")
 }

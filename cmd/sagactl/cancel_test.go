@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stacksaga-go/stacksaga/eventstore"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/topics"
@@ -25,6 +26,7 @@ import (
 func TestCancelUsage(t *testing.T) {
 	clearAdminEnv(t)
 	t.Setenv(envKafkaBrokers, "")
+	t.Setenv(kafkaflags.DeprecatedEnvBrokers, "")
 	for _, args := range [][]string{
 		{"cancel", "--service", "s", "--reason", "r", "--brokers", "127.0.0.1:1"},
 		{"cancel", "tx", "--service", "s", "--brokers", "127.0.0.1:1"},
@@ -243,5 +245,21 @@ func TestCancelOverTLS(t *testing.T) {
 	}
 	if want := []string{tx.TxID + " " + orchestrator.ControlCancel}; !slices.Equal(got, want) {
 		t.Errorf("callback topic holds %v, want %v (only the request sent over TLS)", got, want)
+	}
+}
+
+// TestEnvBrokersDeprecatedName: STACKSAGA_KAFKA_BROKERS is read silently;
+// KAFKA_BROKERS, when it is unset, with a note naming the new name.
+func TestEnvBrokersDeprecatedName(t *testing.T) {
+	t.Setenv("STACKSAGA_KAFKA_BROKERS", "")
+	t.Setenv("KAFKA_BROKERS", "127.0.0.1:19092")
+	var errb strings.Builder
+	if got := envBrokers(&errb); got != "127.0.0.1:19092" || !strings.Contains(errb.String(), "KAFKA_BROKERS is deprecated: set STACKSAGA_KAFKA_BROKERS") {
+		t.Errorf("KAFKA_BROKERS: %q, stderr %q", got, errb.String())
+	}
+	errb.Reset()
+	t.Setenv("STACKSAGA_KAFKA_BROKERS", "127.0.0.1:29092")
+	if got := envBrokers(&errb); got != "127.0.0.1:29092" || errb.Len() != 0 {
+		t.Errorf("STACKSAGA_KAFKA_BROKERS: %q, stderr %q", got, errb.String())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/internal/mdlint"
 	"github.com/stacksaga-go/stacksaga/internal/testenv"
 )
@@ -57,7 +58,10 @@ func TestDocCommands(t *testing.T) {
 			n++
 			t.Run(strings.ReplaceAll(rel, "/", "_")+":"+itoa(c.Line), func(t *testing.T) {
 				clearAdminEnv(t)
-				t.Setenv(envKafkaBrokers, "")
+				// The brokers of a command without --brokers: the one
+				// variable at the closed port (the deprecated one unset).
+				t.Setenv(envKafkaBrokers, closed)
+				t.Setenv(kafkaflags.DeprecatedEnvBrokers, "")
 				t.Setenv(envTraceWindowToken, "")
 				t.Setenv(envTraceWindowReadToken, "")
 				t.Setenv(envSQLBarrierDSN, "")

@@ -14,6 +14,7 @@
 //	sagactl trace-window --addr 127.0.0.1:8088 --service S
 //	sagactl ring [--master host:port] [--json]
 //	sagactl sql-barrier print|apply [--table t] [--dsn-file f]
+//	sagactl dlt list|show|replay TOPIC [--partition P --offset O] [--reason TEXT]
 //
 // print writes the schema script (the keyspace and the 11 tables, every
 // statement CREATE ... IF NOT EXISTS) to stdout; apply runs it against a
@@ -45,6 +46,12 @@
 // sql-barrier apply creates or migrates it in a PostgreSQL database
 // (sqlbarrier.CreateSchema), the URL coming from --dsn-file or
 // STACKSAGA_SQLBARRIER_DSN.
+//
+// dlt (or dead-letters) list|show|replay TOPIC reads the dead-letter topic
+// TOPIC.dlt straight from Kafka: each record's reason, writer, headers and
+// saga; replay re-publishes selected records (--partition, --offset) to
+// their origin topic and audits each in its saga's audit trail.
+// `sagactl dlt -h` prints its usage.
 package main
 
 import (
@@ -78,6 +85,7 @@ var usage = strings.ReplaceAll(`usage:
   sagactl trace-window --addr 127.0.0.1:8088 --service S [flags]
   sagactl ring [--master 127.0.0.1:7070] [--json]
   sagactl sql-barrier print|apply [--table stacksaga_barrier] [--dsn-file f] [--timeout 1m]
+  sagactl dlt list|show|replay TOPIC [--partition P --offset O] [--reason TEXT] --brokers H:9092 [flags]
 (sagactl list -h: the flags and exit codes of list, show, restore and resume)
 `, "LISTS", strings.Join(listNames, "|"))
 
@@ -97,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runRing(ctx, args[1:], stdout, stderr)
 		case "sql-barrier":
 			return runSQLBarrier(ctx, args[1:], stdout, stderr)
+		case "dlt", "dead-letters":
+			return runDLT(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) < 2 || args[0] != "schema" || (args[1] != "print" && args[1] != "apply" && args[1] != "diff") {

@@ -5,9 +5,13 @@
 //
 //	go run ./cmd/sagademo --sagas 2000 --fail-rate 0.1
 //
-// It ends with one summary line:
+// It writes, on stderr, a banner line ("sagademo: N sagas, ..."), a
+// progress line every second and at the end ("progress: started=..."), and
+// a memory line ("memory: ..."); and, on stdout, one summary line:
 //
 //	sagas=N completed=X compensated=Y compensation_failed=0 stuck=0 elapsed=1.23s rate=812.3/s p50_ms=4.1 p99_ms=12.9 ...
+//
+// --quiet leaves the summary line alone.
 //
 // and exits non-zero if any saga is stuck (not terminal at the end).
 //
@@ -1106,6 +1110,16 @@ func (m *memSampler) sample(inFlight int) {
 	m.peak, m.heapPeak = inFlight, ms.HeapInuse
 }
 
+// retainedBytes is the live heap the run left: after less before, never
+// negative (a collection after the run may free what the baseline held,
+// the start's own garbage: then the run retained nothing).
+func (m *memSampler) retainedBytes() uint64 {
+	if m.left < m.base {
+		return 0
+	}
+	return m.left - m.base
+}
+
 func (m *memSampler) String() string {
 	if m.peak == 0 {
 		return "memory: no sample"
@@ -1113,7 +1127,7 @@ func (m *memSampler) String() string {
 	s := fmt.Sprintf("memory: in_flight_peak=%d heap_in_use=%.1fMiB per_in_flight_saga=%.1fKiB",
 		m.peak, float64(m.heapPeak)/(1<<20), float64(m.heapPeak)/1024/float64(m.peak))
 	if m.ended > 0 {
-		left := float64(m.left) - float64(m.base) // a collection may free what the baseline held
+		left := float64(m.retainedBytes())
 		s += fmt.Sprintf(" retained=%.1fMiB retained_per_saga=%.2fKiB", left/(1<<20), left/1024/float64(m.ended))
 	}
 	return s + " (whole process: store, broker, workers included)"

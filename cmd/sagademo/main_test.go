@@ -346,3 +346,40 @@ func TestDemoCancelRealServices(t *testing.T) {
 	cancelSummary(t, 150, "--sagas", "150", "--fail-rate", "0.1", "--cancel-rate", "0.3", "--pause-rate", "0.2",
 		"--kafka", brokers[0], "--cassandra", hosts[0], "--keyspace", keyspace, "--suffix", testenv.UniqueName(t, "cancel"))
 }
+
+// TestDemoOutputIsTheDocumented: without --quiet the demo writes what its
+// documentation says: on stderr a banner line, progress lines and a memory
+// line, in that order, and nothing else; on stdout one summary line.
+func TestDemoOutputIsTheDocumented(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--sagas", "50"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if out := strings.Split(strings.TrimSpace(stdout.String()), "\n"); len(out) != 1 || !summaryRE.MatchString(out[0]) {
+		t.Errorf("stdout is not one summary line:\n%s", stdout.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) < 3 || !strings.HasPrefix(lines[0], "sagademo: ") || !strings.HasPrefix(lines[len(lines)-1], "memory: ") {
+		t.Fatalf("stderr is not banner, progress, memory:\n%s", stderr.String())
+	}
+	for _, l := range lines[1 : len(lines)-1] {
+		if !strings.HasPrefix(l, "progress: ") {
+			t.Errorf("stderr has a line the documentation does not name: %q", l)
+		}
+	}
+}
+
+// TestRetainedNeverNegative: a collection after the run that frees more
+// than the run left (the start's garbage) reports 0 retained, not a
+// negative size.
+func TestRetainedNeverNegative(t *testing.T) {
+	m := memSampler{peak: 10, heapPeak: 1 << 20, base: 8 << 20, left: 6 << 20, ended: 100}
+	s := m.String()
+	if strings.Contains(s, "-") || !strings.Contains(s, " retained=0.0MiB retained_per_saga=0.00KiB") {
+		t.Errorf("memory line %q, want retained=0.0MiB", s)
+	}
+	m.left = 9 << 20
+	if s := m.String(); !strings.Contains(s, " retained=1.0MiB ") {
+		t.Errorf("memory line %q, want retained=1.0MiB", s)
+	}
+}

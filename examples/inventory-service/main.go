@@ -2,7 +2,12 @@
 // worker that serves the place-order saga's inventory step. Run Kafka first
 // (docker compose up -d, or make services-up), then:
 //
-//	KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/inventory-service
+//	STACKSAGA_KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/inventory-service
+//
+// or with the services' YAML applied whole (worker.WithConfig: region,
+// cluster, brokers, group; its write protection as the guard):
+//
+//	go run ./examples/inventory-service --config examples/stacksaga.yaml
 package main
 
 import "github.com/stacksaga-go/stacksaga/examples/placeorder"

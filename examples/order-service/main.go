@@ -39,7 +39,7 @@
 // Run Kafka first (docker compose up -d, or make services-up), the three
 // example workers, then:
 //
-//	KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/order-service --addr :8080
+//	STACKSAGA_KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/order-service --addr :8080
 //
 // With STACKSAGA_INSTANCE_ID (or --instance-id) set to a name that stays
 // with the process across restarts (a StatefulSet's pod name), a killed
@@ -73,7 +73,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "HTTP listen address (loopback by default: its API and Trace Window read every saga's data; bind wider only behind authentication)")
-	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
+	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $STACKSAGA_KAFKA_BROKERS or 127.0.0.1:9092)")
 	cass := flag.String("cassandra", os.Getenv("CASSANDRA_HOSTS"), "Cassandra contact points for the event store, comma-separated (default $CASSANDRA_HOSTS; empty: in-memory store, lost on restart)")
 	keyspace := flag.String("keyspace", "stacksaga_event_store", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
 	metricsAddr := flag.String("metrics-addr", os.Getenv(placeorder.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+placeorder.EnvMetricsAddr+"; empty: no metrics)")

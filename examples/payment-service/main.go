@@ -2,7 +2,7 @@
 // worker that serves the place-order saga's payment step. Run Kafka first
 // (docker compose up -d, or make services-up), then:
 //
-//	KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/payment-service
+//	STACKSAGA_KAFKA_BROKERS=127.0.0.1:9092 go run ./examples/payment-service
 //
 // With POSTGRES_DSN set (eval "$(scripts/services env)" exports it), the step
 // books its debits and refunds in a PostgreSQL ledger (payment_ledger)

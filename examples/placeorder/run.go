@@ -7,23 +7,27 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/worker"
 )
 
-// Brokers returns the Kafka brokers named by flagValue, else by the
-// KAFKA_BROKERS environment variable, else 127.0.0.1:9092.
+// Brokers returns the Kafka brokers named by flagValue, else by
+// STACKSAGA_KAFKA_BROKERS (or the deprecated KAFKA_BROKERS, with a
+// warning), else 127.0.0.1:9092.
 func Brokers(flagValue string) []string {
-	v := flagValue
-	if v == "" {
-		v = os.Getenv("KAFKA_BROKERS")
+	if b := kafkaflags.SplitBrokers(flagValue); len(b) > 0 {
+		return b
 	}
-	if v == "" {
-		v = "127.0.0.1:9092"
+	b, deprecated, ok := kafkaflags.EnvBrokersOf(os.LookupEnv)
+	if !ok {
+		return []string{kafkaflags.DefaultBroker}
 	}
-	return strings.Split(v, ",")
+	if deprecated {
+		slog.Warn(kafkaflags.DeprecationNote)
+	}
+	return b
 }
 
 // EnvInstanceID is the environment variable that gives an example service
@@ -44,22 +48,35 @@ func InstanceIDFlag(fs *flag.FlagSet, getenv func(string) string) *string {
 }
 
 // WorkerMain is the whole main of an example worker service: it parses
-// the --kafka, --metrics-addr and --instance-id flags, sets up telemetry (SetupTelemetry:
+// the --kafka, --metrics-addr, --instance-id and --config flags (a YAML
+// file applied whole: WorkerConfig), sets up telemetry (SetupTelemetry:
 // traces when OTEL_EXPORTER_OTLP_ENDPOINT is set, /metrics at
 // --metrics-addr), runs the worker with register's endpoints until SIGINT
 // or SIGTERM, and exits non-zero on failure. extra are more worker options
 // (a guard, say).
 func WorkerMain(service string, register func(*worker.Worker, Observer) error, extra ...worker.Option) {
-	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $KAFKA_BROKERS or 127.0.0.1:9092)")
+	kafka := flag.String("kafka", "", "Kafka brokers, comma-separated (default $STACKSAGA_KAFKA_BROKERS or 127.0.0.1:9092)")
 	metricsAddr := flag.String("metrics-addr", os.Getenv(EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+EnvMetricsAddr+"; empty: no metrics)")
 	instanceID := InstanceIDFlag(flag.CommandLine, os.Getenv)
+	path := flag.String("config", "", "a StackSaga YAML file applied whole (worker.WithConfig: region, cluster, brokers, group; its write protection as the guard)")
 	flag.Parse()
 	tel, err := SetupTelemetry(context.Background(), service, *metricsAddr)
 	if err != nil {
 		slog.Error("telemetry", "service", service, "err", err)
 		os.Exit(1)
 	}
-	opts := append([]worker.Option(nil), extra...)
+	brokers := Brokers(*kafka)
+	var opts []worker.Option
+	if *path != "" {
+		fileOpts, closeStore, err := WorkerConfig(context.Background(), *path, *kafka, len(extra) > 0)
+		if err != nil {
+			slog.Error("configuration", "service", service, "err", err)
+			os.Exit(1)
+		}
+		defer closeStore()
+		brokers, opts = nil, fileOpts // the file's (or --kafka's)
+	}
+	opts = append(opts, extra...)
 	if *instanceID != "" {
 		opts = append(opts, worker.WithInstanceID(*instanceID))
 	}
@@ -70,7 +87,7 @@ func WorkerMain(service string, register func(*worker.Worker, Observer) error, e
 		opts = append(opts, worker.WithMeterProvider(tel.MeterProvider))
 		slog.Info("metrics", "service", service, "url", tel.MetricsURL)
 	}
-	err = RunWorker(service, Brokers(*kafka), register, opts...)
+	err = RunWorker(service, brokers, register, opts...)
 	_ = tel.Close()
 	if err != nil {
 		slog.Error("worker stopped", "service", service, "err", err)

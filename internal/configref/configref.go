@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/ringcoordinator"
 	"github.com/stacksaga-go/stacksaga/topics"
@@ -121,7 +122,8 @@ func Entries() []Entry {
 	out := []Entry{
 		{"stacksaga.instance.region", "string", rd.Region, env("stacksaga.instance.region"), "the region of the deployment (transaction ids carry its code; the store's partitions and the ring are scoped by it)", ring + ", sagactl"},
 		{"stacksaga.instance.cluster", "string", rd.Cluster, env("stacksaga.instance.cluster"), "the virtual cluster within the region", ring + ", sagactl"},
-		{"stacksaga.instance.service", "string", "", env("stacksaga.instance.service"), "the orchestrating service whose sagas sagactl reads", "sagactl"},
+		{"stacksaga.instance.service", "string", "", env("stacksaga.instance.service"), "the orchestrating service whose sagas sagactl reads (orchestrator.WithConfig refuses another service's file)", "sagactl, orchestrator.WithConfig"},
+		{"stacksaga.instance.region-code", "integer 1..4095", "1 for the region default", env("stacksaga.instance.region-code"), "the region's 12-bit code in transaction ids (a region other than default needs one)", "orchestrator.WithConfig"},
 
 		{c("contact-points"), "list of host[:port]", strings.Join(cd.ContactPoints, ","), cassandra.EnvContactPoints, "Cassandra contact points (the variable: comma-separated)", cas},
 		{c("keyspace"), "string", cd.Keyspace, cassandra.EnvKeyspace, "the keyspace of the StackSaga tables", cas},
@@ -168,6 +170,19 @@ func Entries() []Entry {
 	out = append(out, retry(c("recovery.retry.domains.*.endpoints.*."), false)...)
 	out = append(out, Entry{c("recovery.restore.domains.*.delay-windows"), "integer ≥ 1", itoa(recovery.DefaultRestoreDelayWindows), env(c("recovery.restore.domains.*.delay-windows")), "windows after which a saga's restore watchdog fires if the saga has not moved", rec})
 	out = append(out, Entry{c("recovery.deadline.domains.*.saga-timeout"), "duration ≥ 0", "0 (none)", env(c("recovery.deadline.domains.*.saga-timeout")), "how long a saga may take to complete its forward steps (Temporal's workflow execution timeout): past it, the saga fails non-retryably (\"saga timed out\") and compensates", rec})
+	kf := func(k, typ, def, envName, meaning string) Entry {
+		return Entry{"stacksaga.kafka." + k, typ, def, envName, meaning, "internal/kafkaflags (orchestrator.WithConfig, worker.WithConfig)"}
+	}
+	out = append(out,
+		kf("brokers", "list of host:port", kafkaflags.DefaultBroker, kafkaflags.EnvBrokers, "the Kafka seed brokers (the variable: comma-separated; "+kafkaflags.DeprecatedEnvBrokers+" is still read, with a deprecation warning)"),
+		kf("tls.enabled", "boolean", "false", "", "dial the brokers over TLS with the system's roots (any other tls key implies it)"),
+		kf("tls.ca-file", "path", "", "", "PEM certificates that sign the brokers' certificates"),
+		kf("tls.cert-file", "path", "", "", "client certificate (PEM), for mutual TLS"),
+		kf("tls.key-file", "path", "", "", "the client certificate's private key (PEM)"),
+		kf("sasl.mechanism", "plain, scram-sha-256 or scram-sha-512", kafkaflags.Plain, "", "the SASL mechanism (needs sasl.user)"),
+		kf("sasl.user", "string", "", "", "authenticate with SASL as this user"),
+		kf("sasl.password-env", "environment variable name", kafkaflags.DefaultPasswordEnv, "", "the variable holding the SASL password (never in the file)"),
+	)
 	out = append(out, group("stacksaga.kafka.orchestrator.domains.*.", "an orchestrator domain's callback topic")...)
 	out = append(out, group("stacksaga.kafka.worker.services.*.", "a worker service's command topic")...)
 	r := func(k, typ, def, meaning string) Entry {
@@ -213,9 +228,9 @@ var OtherEnv = []struct{ Name, Meaning string }{
 	{"STACKSAGA_REQUIRE_SERVICES", "tests: 1 turns a missing Kafka or Cassandra into a failure instead of a skip (make test sets it)"},
 	{"STACKSAGA_TEST_KAFKA_IMAGE", "tests: the Kafka image testenv starts with Docker"},
 	{"STACKSAGA_TEST_CASSANDRA_IMAGE", "tests: the Cassandra image testenv starts with Docker"},
-	{"KAFKA_BROKERS", "the examples, the demo, sagabench and tests: Kafka bootstrap brokers, comma-separated"},
+	{"KAFKA_BROKERS", "deprecated name of STACKSAGA_KAFKA_BROKERS (read when that is unset, with a warning); tests and scripts/services still set it"},
 	{"CASSANDRA_HOSTS", "the examples, the demo, sagabench and tests: Cassandra contact points, comma-separated"},
-	{"KAFKA_SASL_PASSWORD", "the demo and sagabench: the SASL password (--kafka-sasl-password-env names another variable)"},
+	{"KAFKA_SASL_PASSWORD", "the demo, sagabench and stacksaga.kafka.sasl: the SASL password (--kafka-sasl-password-env or sasl.password-env names another variable)"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "the example services: export traces over OTLP/HTTP to this endpoint"},
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/ringcoordinator"
@@ -83,8 +84,13 @@ func TestEnvironmentVariables(t *testing.T) {
 	if _, err := ringcoordinator.LoadConfigWithEnv(nil, lookup); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := kafkaflags.LoadConfigWithEnv(nil, lookup); err != nil {
+		t.Fatal(err)
+	}
+	delete(asked, kafkaflags.DeprecatedEnvBrokers) // listed in OtherEnv
+	delete(asked, kafkaflags.DefaultPasswordEnv)   // read only with sasl.user; listed in OtherEnv
 	// sagactl's scope (cmd/sagactl resolveScope; its tests cover it).
-	for _, v := range []string{"STACKSAGA_INSTANCE_REGION", "STACKSAGA_INSTANCE_CLUSTER", "STACKSAGA_INSTANCE_SERVICE"} {
+	for _, v := range []string{"STACKSAGA_INSTANCE_REGION", "STACKSAGA_INSTANCE_CLUSTER", "STACKSAGA_INSTANCE_SERVICE", "STACKSAGA_INSTANCE_REGION_CODE"} {
 		asked[v] = true
 	}
 	delete(asked, ringcoordinator.EnvToken)

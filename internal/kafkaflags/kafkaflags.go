@@ -14,6 +14,13 @@
 //
 // The password is read from the environment, never from a flag, so that it
 // does not show in ps.
+//
+// The same settings are the YAML keys stacksaga.kafka.tls.* and
+// stacksaga.kafka.sasl.* beside stacksaga.kafka.brokers (LoadConfigWithEnv,
+// which package config calls; orchestrator.WithConfig and worker.WithConfig
+// apply them), and EnvBrokers is the brokers' one environment variable
+// for every program (DeprecatedEnvBrokers is still read, with
+// DeprecationNote).
 package kafkaflags
 
 import (

@@ -30,6 +30,7 @@ var Keys = []string{
 	"stacksaga.instance.region",
 	"stacksaga.instance.cluster",
 	"stacksaga.instance.service",
+	"stacksaga.instance.region-code",
 
 	// eventstore/cassandra
 	"stacksaga.cassandra.contact-points",
@@ -92,6 +93,16 @@ var Keys = []string{
 	"stacksaga.cassandra.recovery.retry.domains.*.endpoints.*.step-timeout",
 	"stacksaga.cassandra.recovery.restore.domains.*.delay-windows",
 	"stacksaga.cassandra.recovery.deadline.domains.*.saga-timeout",
+
+	// internal/kafkaflags (the Kafka clients' connection)
+	"stacksaga.kafka.brokers",
+	"stacksaga.kafka.tls.enabled",
+	"stacksaga.kafka.tls.ca-file",
+	"stacksaga.kafka.tls.cert-file",
+	"stacksaga.kafka.tls.key-file",
+	"stacksaga.kafka.sasl.mechanism",
+	"stacksaga.kafka.sasl.user",
+	"stacksaga.kafka.sasl.password-env",
 
 	// topics (group types of the consume loops)
 	"stacksaga.kafka.orchestrator.domains.*.group-type",

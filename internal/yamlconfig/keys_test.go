@@ -37,7 +37,7 @@ stacksaga:
 		{"unknown key under a map entry", "stacksaga:\n  cassandra:\n    write-protection:\n      domains:\n        d: {mode: STRICT, leese: 1s}\n",
 			[]string{"stacksaga.cassandra.write-protection.domains.d.leese (line 5)"}},
 		{"far from anything: the level's keys", "stacksaga:\n  instance: {zzzzzzzz: 1}\n",
-			[]string{"stacksaga.instance.zzzzzzzz", "known here: cluster, region, service"}},
+			[]string{"stacksaga.instance.zzzzzzzz", "known here: cluster, region, region-code, service"}},
 		{"two problems at once", "stacksaga:\n  instance: {regoin: r}\n  kafak: {}\n",
 			[]string{"stacksaga.instance.regoin", "stacksaga.kafak"}},
 		{"merge keys are checked", "base: &b {cafile: x}\nstacksaga:\n  cassandra:\n    tls: {<<: *b}\n",

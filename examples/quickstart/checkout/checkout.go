@@ -6,8 +6,6 @@ package checkout
 
 import (
 	"errors"
-	"os"
-	"strings"
 
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 )
@@ -43,12 +41,4 @@ func Saga() orchestrator.Domain[Order] {
 			orchestrator.Step{Service: PaymentService, Endpoint: Charge},
 		),
 	}
-}
-
-// Brokers returns $KAFKA_BROKERS, or 127.0.0.1:9092.
-func Brokers() []string {
-	if v := os.Getenv("KAFKA_BROKERS"); v != "" {
-		return strings.Split(v, ",")
-	}
-	return []string{"127.0.0.1:9092"}
 }

@@ -79,14 +79,18 @@ func TestGettingStarted(t *testing.T) {
 		built[pkg] = out
 		return out
 	}
+	// A region and a cluster other than the file's default: WithConfig
+	// must carry them to both services, and sagactl show, reading the
+	// same variables, must find the saga in eu/shop.
 	servers := append(os.Environ(),
-		"KAFKA_BROKERS="+strings.Join(brokers, ","),
+		"STACKSAGA_KAFKA_BROKERS="+strings.Join(brokers, ","),
+		"STACKSAGA_INSTANCE_REGION=eu", "STACKSAGA_INSTANCE_REGION_CODE=7", "STACKSAGA_INSTANCE_CLUSTER=shop",
 		"STACKSAGA_CASSANDRA_CONTACT_POINTS="+strings.Join(hosts, ","),
 		"STACKSAGA_CASSANDRA_KEYSPACE="+keyspace)
 	// The demo needs nothing installed: no endpoint in its environment.
 	var bare []string
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "KAFKA_BROKERS=") && !strings.HasPrefix(e, "CASSANDRA_HOSTS=") {
+		if !strings.HasPrefix(e, "KAFKA_BROKERS=") && !strings.HasPrefix(e, "STACKSAGA_KAFKA_BROKERS=") && !strings.HasPrefix(e, "CASSANDRA_HOSTS=") {
 			bare = append(bare, e)
 		}
 	}

@@ -45,10 +45,9 @@ func run(ctx context.Context, path string, orders int) error {
 	}
 	defer store.Close()
 	o, err := orchestrator.New(checkout.OrderService, checkout.Saga(),
-		orchestrator.WithBrokers(checkout.Brokers()...),
+		orchestrator.WithConfig(cfg), // region, cluster, brokers, group, recovery windows and retry policies
 		orchestrator.WithStore(store),
-		orchestrator.WithRecovery(cfg.Recovery), // windows, retry policies, transaction lifetime
-		orchestrator.WithRetryNode())            // re-drives parked and stalled sagas: at least one per service
+		orchestrator.WithRetryNode()) // re-drives parked and stalled sagas: at least one per service
 	if err != nil {
 		return err
 	}

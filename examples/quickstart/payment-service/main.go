@@ -47,7 +47,7 @@ func run(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(checkout.PaymentService, worker.WithBrokers(checkout.Brokers()...), worker.WithGuard(guard))
+	w, err := worker.New(checkout.PaymentService, worker.WithConfig(cfg), worker.WithGuard(guard)) // region, cluster, brokers, group
 	if err != nil {
 		return err
 	}
