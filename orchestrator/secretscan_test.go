@@ -76,7 +76,7 @@ func TestNothingPrintsTheSecret(t *testing.T) {
 	var pages strings.Builder
 	for _, id := range ids {
 		rec := httptest.NewRecorder()
-		tw.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/sagas/"+id, nil))
+		tw.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/api/sagas/"+id, nil))
 		if rec.Code != http.StatusOK {
 			t.Fatalf("Trace Window of %s: %d %s", id, rec.Code, rec.Body)
 		}

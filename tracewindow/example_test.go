@@ -42,7 +42,7 @@ func Example() {
 	mux.Handle("/trace/", http.StripPrefix("/trace", tw))
 
 	for _, token := range []string{"", "read-token-of-16+bytes"} {
-		req := httptest.NewRequest(http.MethodGet, "/trace/api/config", nil)
+		req := httptest.NewRequest(http.MethodGet, "http://localhost:8080/trace/api/config", nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}

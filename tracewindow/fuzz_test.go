@@ -52,7 +52,7 @@ func FuzzTraceWindowRequest(f *testing.F) {
 			return // not an HTTP request line the server would parse
 		}
 		u := &url.URL{Path: path, RawQuery: url.PathEscape(query)}
-		req := httptest.NewRequest(http.MethodGet, "/", strings.NewReader(body))
+		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", strings.NewReader(body))
 		req.Method, req.URL, req.RequestURI = method, u, ""
 		req.Header.Set("Content-Type", "application/json")
 		if withToken {

@@ -181,6 +181,7 @@ type config struct {
 	anonymous    bool
 	actor        func(*http.Request) string
 	unaudited    bool
+	allowedHosts []string // besides IP literals and localhost (WithAllowedHosts)
 }
 
 // WithIndex sets the listing index (see Index). Without one, the Trace
@@ -385,6 +386,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("X-Frame-Options", "DENY")
+	if !h.checkHost(w, r) {
+		return
+	}
 	p := r.URL.Path
 	switch {
 	case p == "":

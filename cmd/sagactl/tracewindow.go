@@ -66,6 +66,10 @@ flags:
   --addr HOST:PORT      where to listen (default 127.0.0.1:8088; keep it on
                         loopback or behind an authenticating proxy)
   --admin               enable the restore action (needs the token)
+  --allowed-host NAMES  comma-separated host names the page is served under
+                        besides IP addresses and localhost (e.g. the name a
+                        proxy or your DNS gives it); a request for any other
+                        Host is refused with 421 (DNS rebinding)
   --anonymous-reads     serve reads without a token (see above)
   --health-window D     how far back the health counts look (default: the
                         transaction lifetime of --config, 24h)
@@ -87,6 +91,7 @@ func runTraceWindow(ctx context.Context, args []string, stdout, stderr io.Writer
 	anonymous := f.fs.Bool("anonymous-reads", false, "serve reads without a token")
 	healthWindow := f.fs.Duration("health-window", 0, "health window")
 	traceLink := f.fs.String("trace-link", "", "tracing UI link template")
+	allowedHosts := f.fs.String("allowed-host", "", "comma-separated host names served besides IP addresses and localhost")
 	pos, err := f.parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, traceWindowUsage)
@@ -188,6 +193,9 @@ func runTraceWindow(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if *traceLink != "" {
 		opts = append(opts, tracewindow.WithTraceLink(*traceLink))
+	}
+	if *allowedHosts != "" {
+		opts = append(opts, tracewindow.WithAllowedHosts(strings.Split(*allowedHosts, ",")...))
 	}
 	mode := "read-only"
 	if readToken != "" {
