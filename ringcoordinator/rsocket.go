@@ -49,6 +49,17 @@ type RSocketTransport struct {
 	// ConnectTimeout bounds a dial (DefaultConnectTimeout; a dial's
 	// context deadline applies as well).
 	ConnectTimeout time.Duration
+	// MaxSetupSize bounds, on a listener, the first frame of a connection
+	// (its SETUP, which carries the token), read from its length prefix
+	// before any byte of it (DefaultMaxSetupSize).
+	MaxSetupSize int
+	// SetupTimeout bounds, on a listener, the time from accept to a whole
+	// SETUP (DefaultSetupTimeout).
+	SetupTimeout time.Duration
+	// MaxUnauthenticated bounds, on a listener, the connections accepted
+	// and not yet authenticated at once; more are closed at accept
+	// (DefaultMaxUnauthenticated).
+	MaxUnauthenticated int
 
 	// token (set by the roles from WithToken) is sent in the metadata of
 	// every connection's setup frame, and required in the setup of every
@@ -79,7 +90,8 @@ func (t RSocketTransport) Listen(addr string, h Handler) (Listener, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	l := &rsListener{ln: ln, h: h, served: make(chan struct{}), log: log}
+	l := &rsListener{ln: ln, h: h, served: make(chan struct{}), log: log,
+		guard: newPreAuth(t.MaxSetupSize, t.SetupTimeout, t.MaxUnauthenticated, log)}
 	if t.token != "" {
 		d := sha256.Sum256([]byte(t.token))
 		l.digest = d[:]
@@ -105,6 +117,7 @@ func (l *rsListener) authorized(setup payload.SetupPayload) bool {
 type rsListener struct {
 	ln     net.Listener
 	digest []byte // sha256 of the token; nil: no token required
+	guard  *preAuth
 	log    *slog.Logger
 	h      Handler
 	g      group
@@ -147,19 +160,20 @@ func (l *rsListener) Serve(ctx context.Context) error {
 	rsCtx, rsCancel := context.WithCancel(context.Background())
 	defer rsCancel()
 
-	factory := func(context.Context) (net.Listener, error) { return l.ln, nil }
+	factory := func(context.Context) (net.Listener, error) { return l.guard.listener(l.ln), nil }
 	served := make(chan error, 1)
 	go func() {
 		served <- rsocket.Receive().
 			Acceptor(func(_ context.Context, setup payload.SetupPayload, peer rsocket.CloseableRSocket) (rsocket.RSocket, error) {
+				var addr string
+				if a, ok := peer.(interface{ Addr() (string, bool) }); ok {
+					addr, _ = a.Addr()
+				}
 				if !l.authorized(setup) {
-					var addr string
-					if a, ok := peer.(interface{ Addr() (string, bool) }); ok {
-						addr, _ = a.Addr()
-					}
 					l.log.Warn("ringcoordinator: refused a connection at setup: missing or wrong token", "addr", l.Addr(), "peer", addr)
 					return nil, errSetupRefused
 				}
+				l.guard.authenticated(addr)
 				conn, connCancel := context.WithCancel(hctx)
 				conn = withConnID(conn)
 				peer.OnClose(func(error) { connCancel() })

@@ -12,7 +12,7 @@ const hostNotAllowed = "host not allowed: the Trace Window answers only its list
 
 // WithAllowedHosts adds host names (without port, case-insensitive) the
 // Trace Window answers besides IP addresses and localhost: the names users
-// type to reach it (e.g. "orders.internal", or a proxy's public name). A
+// type to reach it, such as "orders.internal" or a proxy's public name. A
 // request with any other Host header is refused with 421 Misdirected
 // Request, so that a web page cannot read the Trace Window through a name
 // it rebinds to the listener's address (DNS rebinding).
