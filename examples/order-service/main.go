@@ -65,8 +65,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/config"
+	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/examples/placeorder"
+	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/tracewindow"
 )
@@ -78,6 +81,7 @@ func main() {
 	keyspace := flag.String("keyspace", "stacksaga_event_store", "Cassandra keyspace (created with SimpleStrategy RF 1 if missing)")
 	metricsAddr := flag.String("metrics-addr", os.Getenv(placeorder.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics (default $"+placeorder.EnvMetricsAddr+"; empty: no metrics)")
 	traceLink := flag.String("trace-link", "", "the Trace Window links each saga's trace id with this URL template ({trace_id}, {tx_id}), e.g. http://127.0.0.1:16686/trace/{trace_id} for Jaeger")
+	cfgPath := flag.String("config", "", "the stacksaga configuration file, applied whole (instance, brokers, groups, recovery, the Cassandra store); --kafka overrides its brokers, and --cassandra/--keyspace are not used with it")
 	instanceID := placeorder.InstanceIDFlag(flag.CommandLine, os.Getenv)
 	flag.Parse()
 	tw := traceWindowConfig{link: *traceLink, token: os.Getenv(envTraceWindowToken), readToken: os.Getenv(envTraceWindowReadToken)}
@@ -96,15 +100,20 @@ func main() {
 	if *instanceID != "" {
 		extra = append(extra, orchestrator.WithInstanceID(*instanceID))
 	}
-	if err := run(*addr, placeorder.Brokers(*kafka), *cass, *keyspace, *metricsAddr, tw, secret, extra...); err != nil {
+	build := func(ctx context.Context, tel *placeorder.Telemetry) (*service, error) {
+		if *cfgPath != "" {
+			return newOrchestratorFromFile(ctx, *cfgPath, *kafka, tel, tw, extra...)
+		}
+		return newOrchestrator(ctx, placeorder.Brokers(*kafka), *cass, *keyspace, tel, tw, extra...)
+	}
+	if err := run(*addr, *metricsAddr, secret, build); err != nil {
 		slog.Error("order-service stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-// run serves the order-service until SIGINT or SIGTERM; extra options go
-// to its orchestrator (the instance id).
-func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr string, twc traceWindowConfig, webhookSecret []byte, extra ...orchestrator.Option) error {
+// run serves the order-service built by build until SIGINT or SIGTERM.
+func run(addr, metricsAddr string, webhookSecret []byte, build func(context.Context, *placeorder.Telemetry) (*service, error)) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Traces when OTEL_EXPORTER_OTLP_ENDPOINT is set, metrics at
@@ -117,7 +126,7 @@ func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr st
 	if tel.MetricsURL != "" {
 		slog.Info("metrics", "url", tel.MetricsURL)
 	}
-	svc, err := newOrchestrator(ctx, brokers, cassandraHosts, keyspace, tel, twc, extra...)
+	svc, err := build(ctx, tel)
 	if err != nil {
 		return err
 	}
@@ -142,7 +151,7 @@ func run(addr string, brokers []string, cassandraHosts, keyspace, metricsAddr st
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	slog.Info("order-service listening", "addr", addr, "brokers", brokers)
+	slog.Info("order-service listening", "addr", addr, "scope", o.Scope())
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		stop()
 		<-errc
@@ -164,18 +173,7 @@ type service struct {
 // traced and measured as tel says (nil: neither), and its Trace Window. It
 // is a retry node too. extra options come last (tests add a clock).
 func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keyspace string, tel *placeorder.Telemetry, twc traceWindowConfig, extra ...orchestrator.Option) (*service, error) {
-	if tel == nil {
-		tel = &placeorder.Telemetry{}
-	}
 	var ccfg *cassandra.Config
-	opts := []orchestrator.Option{
-		orchestrator.WithBrokers(brokers...),
-		orchestrator.WithRetryNode(),
-		orchestrator.WithListener(func(e orchestrator.Event) {
-			slog.Info("saga", "tx", e.TxID, "from", e.From, "to", e.To, "endpoint", e.Endpoint, "outcome", e.Outcome)
-		}),
-	}
-	closeStore := func() {}
 	if cassandraHosts != "" {
 		cfg := cassandra.DefaultConfig()
 		cfg.ContactPoints = strings.Split(cassandraHosts, ",")
@@ -183,7 +181,47 @@ func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keys
 		cfg.Replication = cassandra.SimpleReplication(1)
 		cfg.CreateSchema = true
 		ccfg = &cfg
-		store, err := cassandra.New(ctx, cfg)
+	}
+	return assemble(ctx, []orchestrator.Option{orchestrator.WithBrokers(brokers...)}, ccfg, orderScope, tel, twc, extra...)
+}
+
+// newOrchestratorFromFile is newOrchestrator configured by the stacksaga
+// document at path, applied whole (orchestrator.WithConfig): its instance
+// (region, cluster), brokers with TLS/SASL, groups and recovery, and the
+// Cassandra store when the file has a stacksaga.cassandra section. A
+// non-empty kafkaFlag overrides the file's brokers.
+func newOrchestratorFromFile(ctx context.Context, path, kafkaFlag string, tel *placeorder.Telemetry, twc traceWindowConfig, extra ...orchestrator.Option) (*service, error) {
+	cfg, err := config.LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if b := kafkaflags.SplitBrokers(kafkaFlag); len(b) > 0 {
+		cfg.Kafka.Brokers = b
+	}
+	var ccfg *cassandra.Config
+	if cfg.Has(config.SectionCassandra) {
+		ccfg = &cfg.Cassandra
+	}
+	scope := eventstore.Scope{Region: cfg.Instance.Region, Cluster: cfg.Instance.Cluster, Service: placeorder.OrderService}
+	return assemble(ctx, []orchestrator.Option{orchestrator.WithConfig(cfg)}, ccfg, scope, tel, twc, extra...)
+}
+
+// assemble builds the orchestrator from base options (its brokers), on the
+// Cassandra store of ccfg (nil: the in-memory one), its listing index and
+// Trace Window over scope, the scope its sagas are written in.
+func assemble(ctx context.Context, base []orchestrator.Option, ccfg *cassandra.Config, scope eventstore.Scope, tel *placeorder.Telemetry, twc traceWindowConfig, extra ...orchestrator.Option) (*service, error) {
+	if tel == nil {
+		tel = &placeorder.Telemetry{}
+	}
+	opts := append(base,
+		orchestrator.WithRetryNode(),
+		orchestrator.WithListener(func(e orchestrator.Event) {
+			slog.Info("saga", "tx", e.TxID, "from", e.From, "to", e.To, "endpoint", e.Endpoint, "outcome", e.Outcome)
+		}),
+	)
+	closeStore := func() {}
+	if ccfg != nil {
+		store, err := cassandra.New(ctx, *ccfg)
 		if err != nil {
 			return nil, err
 		}
@@ -208,13 +246,13 @@ func newOrchestrator(ctx context.Context, brokers []string, cassandraHosts, keys
 		return nil, err
 	}
 	closeAll := func() { closeIndex(); closeStore() }
-	opts = append(opts, orchestrator.WithListener(tracewindow.Listener(idx, orderScope)))
+	opts = append(opts, orchestrator.WithListener(tracewindow.Listener(idx, scope)))
 	o, err := orchestrator.New(placeorder.OrderService, placeorder.Saga(), append(opts, extra...)...)
 	if err != nil {
 		closeAll()
 		return nil, err
 	}
-	tw, err := newTraceWindow(o, idx, twc)
+	tw, err := newTraceWindow(o, idx, scope, twc)
 	if err != nil {
 		closeAll()
 		return nil, err

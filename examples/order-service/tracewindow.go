@@ -74,10 +74,11 @@ func newListingIndex(ctx context.Context, ccfg *cassandra.Config) (tracewindow.I
 	return idx, func() { _ = idx.Close() }, nil
 }
 
-// newTraceWindow returns the Trace Window of o's sagas, listed through idx.
-func newTraceWindow(o *orchestrator.Orchestrator[placeorder.Order], idx tracewindow.Index, c traceWindowConfig) (*tracewindow.Handler, error) {
-	if o.Scope() != orderScope {
-		return nil, fmt.Errorf("trace window: orchestrator scope %+v, the index is fed %+v", o.Scope(), orderScope)
+// newTraceWindow returns the Trace Window of o's sagas, listed through idx
+// (fed with the sagas of scope).
+func newTraceWindow(o *orchestrator.Orchestrator[placeorder.Order], idx tracewindow.Index, scope eventstore.Scope, c traceWindowConfig) (*tracewindow.Handler, error) {
+	if o.Scope() != scope {
+		return nil, fmt.Errorf("trace window: orchestrator scope %+v, the index is fed %+v", o.Scope(), scope)
 	}
 	auth, err := c.readAuth()
 	if err != nil {
