@@ -3,7 +3,6 @@ package orchestrator_test
 import (
 	"context"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,13 +18,7 @@ import (
 // every Start of a burst racing the failed dial reports that, not "client
 // closed".
 func TestBrokerThatIsNotKafka(t *testing.T) {
-	dsn := os.Getenv("POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("STACKSAGA_REQUIRE_SERVICES") == "1" {
-			t.Fatal("POSTGRES_DSN unset")
-		}
-		t.Skip("POSTGRES_DSN unset")
-	}
+	dsn := testenv.PostgresDSN(t)
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)

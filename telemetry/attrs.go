@@ -13,11 +13,7 @@ import (
 // the attributes they are given, the buffer comes from a pool and goes back
 // to it once set: describing a finished step then allocates nothing on our
 // side (the SDK still copies). Any other span gets a fresh buffer it may
-// keep.
-//
-//	a := telemetry.NewSpanAttrs(span)
-//	a.Add(telemetry.AttrTxID.String(id), telemetry.AttrAttempt.Int(n))
-//	a.SetOn(span)
+// keep. ExampleSpanAttrs shows its use.
 //
 // A SpanAttrs is used by one goroutine and must not be touched after SetOn.
 type SpanAttrs struct {

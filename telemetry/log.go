@@ -19,10 +19,7 @@ const (
 // which log backends use to join logs to traces. Records without such a
 // context pass through unchanged. The context a worker hands a step handler,
 // and the contexts the orchestrator logs with while it applies a reply,
-// hold the step's span:
-//
-//	logger := slog.New(telemetry.LogHandler(slog.NewJSONHandler(os.Stderr, nil)))
-//	slog.SetDefault(logger)
+// hold the step's span (see ExampleLogHandler):
 //
 // Under WithGroup the ids land in the group, like any attribute added then.
 func LogHandler(h slog.Handler) slog.Handler {
