@@ -338,10 +338,19 @@ func (o *Orchestrator[T]) applyControl(ctx context.Context, tx *eventstore.Trans
 		log.Info("orchestrator: control request ignored: the saga had ended before it was applied")
 		return nil
 	}
-	if req.Action != ControlTerminate && o.unregistered(ctx, tx, "cancel") {
-		// Compensating needs the saga's own OnNextRevert; a terminate
-		// runs nothing and needs no definition.
-		return nil
+	path := pathCancel
+	if req.Action == ControlTerminate {
+		path = pathTerminate
+	}
+	// Compensating needs the saga's own OnNextRevert (a terminate runs
+	// nothing and needs no definition); in a share group the attempt's
+	// reply claim is held (handleControlShared).
+	adm, err := o.gate(ctx, tx, path)
+	if errors.Is(err, ErrUnknownVersion) {
+		return nil // dropped: sent again once every instance has the version
+	}
+	if err != nil {
+		return err
 	}
 	now := o.cfg.now()
 	outcome := OutcomeCancelled
@@ -388,6 +397,8 @@ func (o *Orchestrator[T]) applyControl(ctx context.Context, tx *eventstore.Trans
 		if err := o.persist(ctx, tx, eventstore.StateCancelling, tryout, from, nil); err != nil {
 			return err
 		}
+		// The step was sent before: it keeps its remaining time.
+		o.keepStepTime(tx, adm.left)
 	case eventstore.StatePaused:
 		if err := o.claimFor(ctx, tx, req.Action); err != nil {
 			return err
@@ -553,20 +564,11 @@ func (o *Orchestrator[T]) handleControlShared(ctx context.Context, r *kgo.Record
 	if !awaitsReply(tx.State) {
 		return o.applyControl(ctx, &tx, req)
 	}
-	key := ReplyClaimKey(o.scope, tx.TxID, tx.Span, tx.Kind, tx.Attempt)
-	claim := eventstore.Marker{MarkerKey: key, State: eventstore.MarkerLeased, Owner: o.instance}
-	applied, existing, err := o.store.InsertMarker(ctx, claim, o.cfg.claimLease)
+	ctx, release, err := o.claimAttempt(ctx, &tx, req.Action) // gate.go
 	if err != nil {
-		return fmt.Errorf("orchestrator: claim %s for a %s: %w", tx.TxID, req.Action, err)
+		return err
 	}
-	if !applied && existing.Owner != o.instance {
-		return fmt.Errorf("%w (%s, claim owner %s)", errClaimBusy, tx.TxID, existing.Owner)
-	}
-	defer func() {
-		if _, _, err := o.store.DeleteMarkerIf(context.WithoutCancel(ctx), key, eventstore.MarkerLeased, o.instance); err != nil {
-			o.logger().Warn("orchestrator: could not release a reply claim; the reply waits for its lease", "tx", tx.TxID, "err", err)
-		}
-	}()
+	defer release()
 	// Under the claim, the store has the saga's state.
 	cur, err := o.store.LoadTransaction(ctx, o.scope, req.TxID)
 	if err != nil {

@@ -1083,6 +1083,9 @@ func (o *Orchestrator[T]) Restore(ctx context.Context, txID string) error {
 	case !awaitsReply(tx.State):
 		return fmt.Errorf("%w: %s is %s", ErrNotInFlight, txID, tx.State)
 	}
+	if _, err := o.gate(ctx, &tx, pathRestore); err != nil {
+		return err
+	}
 	ctx, span := o.sagaSpan(ctx, "restore", &tx)
 	// Armed before the re-send: its reply, applied here, re-arms it for
 	// the saga's next version.
@@ -1122,11 +1125,18 @@ func (o *Orchestrator[T]) prepareRedriveAt(ctx context.Context, txID string, ver
 	if version != 0 && tx.Version != version {
 		return tx, fmt.Errorf("%w: %s was parked again since (version %d, not %d)", ErrNotRetryPending, txID, tx.Version, version)
 	}
+	path := pathRedrive
+	if o.pastDeadline(&tx, o.cfg.now()) {
+		path = pathDeadline // failParked decides the compensation
+	}
+	if _, err := o.gate(ctx, &tx, path); err != nil {
+		return tx, err
+	}
 	// A cancel or terminate may have claimed the park (cancel.go).
 	if err := o.claimPark(ctx, &tx, o.redriveOwner(), redriveClaimLease); err != nil {
 		return tx, err
 	}
-	if o.pastDeadline(&tx, o.cfg.now()) {
+	if path == pathDeadline {
 		return tx, o.failParked(ctx, &tx)
 	}
 	from := tx.State

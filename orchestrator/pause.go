@@ -344,8 +344,8 @@ func (o *Orchestrator[T]) continuePaused(ctx context.Context, txID string, span 
 // saga's lock, whose pause a resume with rc claimed.
 func (o *Orchestrator[T]) continueFrom(ctx context.Context, tx *eventstore.Transaction, rc map[string]string) (err error) {
 	txID := tx.TxID
-	if o.unregistered(ctx, tx, "resume") {
-		return fmt.Errorf("orchestrator: resume %s: %w %d", txID, ErrUnknownVersion, versionOf(tx))
+	if _, err := o.gate(ctx, tx, pathResume); err != nil {
+		return err
 	}
 	ctx, tspan := o.sagaSpan(ctx, "resume", tx)
 	defer func() { endSpan(tspan, tx, err) }()

@@ -238,6 +238,10 @@ func (o *Orchestrator[T]) redriveParked(ctx context.Context, txID string) (err e
 	switch {
 	case errors.Is(err, ErrNotRetryPending), errors.Is(err, ErrSagaTimedOut):
 		return nil
+	case errors.Is(err, ErrUnknownVersion):
+		// Left parked for an instance that has the version: this entry,
+		// kept, tries again.
+		return recovery.Later(o.win.DelayUntil(o.cfg.now(), redriveClaimLease), "definition version not registered here")
 	case errors.Is(err, ErrRedriveHeld):
 		// Another instance re-drives it; should it die before moving the
 		// saga on, its claim runs out and this entry, kept, re-drives it.

@@ -53,7 +53,7 @@ func (o *Orchestrator[T]) handleRecord(ctx context.Context, r *kgo.Record) error
 			return nil
 		}
 	}
-	return o.applyReply(ctx, r, &tx, env)
+	return o.applyReply(ctx, r, &tx, env, pathReply)
 }
 
 // decodeReply decodes r and checks that it is a reply of this deployment's
@@ -86,9 +86,9 @@ func (o *Orchestrator[T]) decodeReply(ctx context.Context, r *kgo.Record, reject
 // command it leads to is published: Stats.Awaiting never reads 0 while a
 // reply is being applied. Its step's latency is recorded then too, once:
 // a reply retried after a failure is not observed per try.
-func (o *Orchestrator[T]) applyReply(ctx context.Context, r *kgo.Record, tx *eventstore.Transaction, env *topics.Envelope) error {
-	if o.unregistered(ctx, tx, "reply") {
-		return nil
+func (o *Orchestrator[T]) applyReply(ctx context.Context, r *kgo.Record, tx *eventstore.Transaction, env *topics.Envelope, path writePath) error {
+	if _, err := o.gate(ctx, tx, path); err != nil {
+		return nil // left for an instance that has the version (gate.go)
 	}
 	var step stepKey
 	var sent time.Time

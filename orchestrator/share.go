@@ -174,7 +174,7 @@ func (o *Orchestrator[T]) handleShared(ctx context.Context, r *kgo.Record) error
 			// Ours (a claim of ours left by a failed attempt of this
 			// reply is ours too: the lock above keeps this process to one
 			// attempt at a time).
-			return o.applyReply(withPersistFirst(ctx), r, &tx, env)
+			return o.applyReply(withClaimHeld(withPersistFirst(ctx), claim.MarkerKey), r, &tx, env, pathShareReply)
 		}
 		if !time.Now().Add(claimPoll).Before(deadline) {
 			return fmt.Errorf("%w (%s, claim owner %s, %v left)", errClaimBusy, env.TxID, existing.Owner, existing.TTL)

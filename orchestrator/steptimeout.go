@@ -102,6 +102,20 @@ func (o *Orchestrator[T]) stepTimedOut(txID string, version int64, d time.Durati
 	if !timerApplies(&tx, version) {
 		return
 	}
+	if o.cfg.groupType == topics.GroupShare {
+		// The attempt's reply claim, as its reply takes it (gate.go):
+		// the saga re-read under it.
+		held, release, err := o.claimAttempt(ctx, &tx, "step timeout")
+		if err != nil {
+			o.stepTimerHeld(txID, version, d, deadline, err)
+			return
+		}
+		defer release()
+		ctx = held
+		if tx, err = o.store.LoadTransaction(ctx, o.scope, txID); err != nil || !timerApplies(&tx, version) {
+			return
+		}
+	}
 	msg := fmt.Sprintf("%s no reply within %v (step-timeout)", stepTimedOutPrefix, d)
 	if deadline {
 		msg = stepTimedOutPrefix + " no reply by the saga's deadline (saga-timeout)"
@@ -118,11 +132,28 @@ func (o *Orchestrator[T]) stepTimedOut(txID string, version int64, d time.Durati
 		}
 		return
 	}
+	if _, err := o.gate(ctx, &tx, pathStepTimer); err != nil {
+		o.logger().Warn("orchestrator: step timeout not applied", "tx", txID, "err", err)
+		return // left for an instance that has the version
+	}
 	// Not caused by a reply on this instance's callback partition: what
 	// follows is persisted before anything is published.
 	if err := o.timedOut(withPersistFirst(ctx), &tx, env, deadline); err != nil {
 		o.logger().Warn("orchestrator: step timeout: could not move the saga on; its restore watchdog finds it", "tx", txID, "err", err)
 	}
+}
+
+// stepTimerHeld handles a step timer the gate did not admit (err): a
+// version not registered here leaves the saga alone; a reply claim held
+// by another instance (applying the attempt's reply) is tried again once
+// its lease has run out, when the saga has moved on or its claimer died.
+func (o *Orchestrator[T]) stepTimerHeld(txID string, version int64, d time.Duration, deadline bool, err error) {
+	if !errors.Is(err, errClaimBusy) {
+		o.logger().Warn("orchestrator: step timeout: could not claim the attempt; its restore watchdog finds the saga if it stalled", "tx", txID, "err", err)
+		return
+	}
+	o.logger().Info("orchestrator: step timeout: another instance is applying the attempt's reply; checked again after the claim's lease", "tx", txID, "err", err)
+	o.steps.arm(txID, o.cfg.claimLease, func() { o.stepTimedOut(txID, version, d, deadline) })
 }
 
 // timerApplies reports whether tx still waits, at version, for the reply
@@ -195,6 +226,9 @@ func (o *Orchestrator[T]) applyTimerRecord(ctx context.Context, env *topics.Enve
 	if !timerApplies(&tx, version) || !expects(&tx, env) {
 		o.countStale(&tx)
 		return nil
+	}
+	if _, err := o.gate(ctx, &tx, pathTimerRecord); err != nil {
+		return nil // left for an instance that has the version (gate.go)
 	}
 	return o.timedOut(ctx, &tx, env, deadline)
 }
@@ -290,7 +324,7 @@ func (o *Orchestrator[T]) deadlineCancel(ctx context.Context, tx *eventstore.Tra
 		return err
 	}
 	// persist armed the step's whole timeout; it was sent before.
-	o.armStep(tx.TxID, tx.Version, left, false)
+	o.keepStepTime(tx, left)
 	return nil
 }
 
