@@ -165,7 +165,10 @@ func buildSchema(keys []string) *keyNode {
 
 // CheckKnown parses the YAML document data and returns an error wrapping
 // ErrUnknownKey that names every key under stacksaga: that is not in Keys,
-// with its line and the nearest known key of that level. Keys outside
+// with its line and the nearest known key of that level. Merge keys (`<<:
+// *a`, `<<: [*a, *b]`, at any level, the document's too) are resolved first:
+// a key that reaches the document through a merge is checked as if written
+// in place. Keys outside
 // stacksaga: (the application's own configuration) are not looked at. A
 // document that is not YAML returns the parse error.
 func CheckKnown(data []byte) error {
@@ -173,17 +176,17 @@ func CheckKnown(data []byte) error {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return err
 	}
+	var resolved any // yaml.v3's own limits on aliases bound the walk below
+	if err := yaml.Unmarshal(data, &resolved); err != nil {
+		return err
+	}
 	if len(doc.Content) == 0 {
 		return nil
 	}
-	top := doc.Content[0]
-	if top.Kind != yaml.MappingNode {
-		return nil // a type error of the document is its loaders' to report
-	}
 	var errs []error
-	for i := 0; i+1 < len(top.Content); i += 2 {
-		if top.Content[i].Value == "stacksaga" {
-			walkKnown(top.Content[i+1], schema.children["stacksaga"], "stacksaga", &errs)
+	for _, kv := range mergedPairs(doc.Content[0]) {
+		if kv[0].Value == "stacksaga" {
+			walkKnown(kv[1], schema.children["stacksaga"], "stacksaga", &errs)
 		}
 	}
 	if len(errs) == 0 {
@@ -197,18 +200,8 @@ func walkKnown(n *yaml.Node, s *keyNode, path string, errs *[]error) {
 	if len(s.children) == 0 {
 		return // a leaf: its loader checks the value
 	}
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	if n.Kind != yaml.MappingNode {
-		return // null, or a value of the wrong type: its loader reports it
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Tag == "!!merge" {
-			walkKnown(v, s, path, errs)
-			continue
-		}
+	for _, kv := range mergedPairs(n) {
+		k, v := kv[0], kv[1]
 		c, ok := s.children[k.Value]
 		if !ok {
 			c, ok = s.children["*"]
@@ -220,6 +213,45 @@ func walkKnown(n *yaml.Node, s *keyNode, path string, errs *[]error) {
 		walkKnown(v, c, path+"."+k.Value, errs)
 	}
 }
+
+// mergedPairs returns the key and value nodes of the mapping n (an alias
+// resolved) with its YAML merge keys (`<<: *a`, `<<: [*a, *b]`, nested in
+// the merged mappings too) replaced by the pairs they merge: every key the
+// decoder will see, so none escapes the check. A key overridden by another
+// is kept (a typo is a typo wherever it is). A node that is not a mapping
+// has none. depth bounds the aliases followed (yaml.v3 refuses an alias to
+// itself, and limits the aliases of a document).
+func mergedPairs(n *yaml.Node) [][2]*yaml.Node {
+	var out [][2]*yaml.Node
+	appendPairs(n, &out, 0)
+	return out
+}
+
+func appendPairs(n *yaml.Node, out *[][2]*yaml.Node, depth int) {
+	for n != nil && n.Kind == yaml.AliasNode && depth < maxMergeDepth {
+		n, depth = n.Alias, depth+1
+	}
+	if n == nil || n.Kind != yaml.MappingNode || depth >= maxMergeDepth {
+		return // null, or a value of the wrong type: its loader reports it
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.ShortTag() != "!!merge" {
+			*out = append(*out, [2]*yaml.Node{k, v})
+			continue
+		}
+		if v.Kind == yaml.SequenceNode {
+			for _, m := range v.Content {
+				appendPairs(m, out, depth+1)
+			}
+			continue
+		}
+		appendPairs(v, out, depth+1)
+	}
+}
+
+// maxMergeDepth bounds the merges and aliases followed from one mapping.
+const maxMergeDepth = 64
 
 // suggest names the known keys of level s nearest to key, for the message.
 func suggest(key string, s *keyNode) string {
