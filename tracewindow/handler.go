@@ -434,11 +434,13 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, name, ctype 
 	}
 }
 
-// apiError is the body of every error response: {"error": "..."}; an
-// admin action's adds whether it was audited.
+// apiError is the body of every error response: {"error": "..."}; a
+// failure's (writeFailure) adds its error id, an admin action's whether it
+// was audited.
 type apiError struct {
-	Error string `json:"error"`
-	Audit string `json:"audit,omitempty"`
+	Error   string `json:"error"`
+	ErrorID string `json:"error_id,omitempty"`
+	Audit   string `json:"audit,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -588,11 +590,10 @@ func (h *Handler) apiDomains(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"domains": ds})
 }
 
-// storeError answers a failed read: 503 with a generic body (the store's
+// storeError answers a failed read: 503 through writeFailure (the store's
 // error names hosts and driver internals: it goes to the log only).
 func (h *Handler) storeError(w http.ResponseWriter, what string, err error) {
-	h.cfg.logger.Warn("tracewindow: "+what+" failed", "err", err)
-	writeError(w, http.StatusServiceUnavailable, "%s failed: the event store did not answer; try again (details are in the server's log)", what)
+	writeFailure(w, h.cfg.logger, http.StatusServiceUnavailable, what+" failed: the event store did not answer; try again", err, "")
 }
 
 // ListRow is one saga of a list.
@@ -923,7 +924,7 @@ func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action s
 	case out.code == http.StatusOK:
 		log.Info("tracewindow: admin action done")
 	case out.code >= http.StatusInternalServerError:
-		log.Warn("tracewindow: admin action failed", "err", rec.Error)
+		// Logged with its error id by writeFailure below.
 	default:
 		log.Info("tracewindow: admin action refused", "err", rec.Error)
 	}
@@ -931,6 +932,10 @@ func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request, id, action s
 	if out.code != http.StatusOK {
 		if out.code == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", strconv.Itoa(int(orchestrator.ResumeRetryAfter/time.Second)))
+		}
+		if out.code >= http.StatusInternalServerError {
+			writeFailure(w, log, out.code, out.msg, out.err, audit)
+			return
 		}
 		writeJSON(w, out.code, apiError{Error: out.msg, Audit: audit})
 		return
@@ -961,7 +966,7 @@ const (
 // and its audit (result, detail, err).
 type actionOutcome struct {
 	code   int
-	msg    string // the error answered; "" when ok
+	msg    string // the error answered; "" when ok (a 5xx's: writeFailure's text)
 	result string
 	detail string
 	err    error // the action's error, recorded whole (msg otherwise)
@@ -1062,10 +1067,10 @@ func (h *Handler) runAction(r *http.Request, a *Admin, id, action string) action
 		out.code, out.result, out.msg = http.StatusBadRequest, resultBadRequest, err.Error()
 	case errors.Is(err, orchestrator.ErrRetryLater):
 		out.code, out.result = http.StatusServiceUnavailable, resultRetryLater
-		out.msg = fmt.Sprintf("%s %s: not done now, retry later: %v", action, id, err)
+		out.msg = fmt.Sprintf("%s %s: not done now (the event store or Kafka did not answer), retry later", action, id)
 	default:
 		out.code, out.result = http.StatusInternalServerError, resultFailed
-		out.msg = fmt.Sprintf("%s %s: %v", action, id, err)
+		out.msg = fmt.Sprintf("%s %s failed", action, id)
 	}
 	return out
 }
@@ -1127,8 +1132,7 @@ func (h *Handler) auditTrail(ctx context.Context, d *Detail) {
 	}
 	recs, err := h.auditor.AuditTrail(ctx, h.scope, d.Saga.TxID, MaxAuditShown+1)
 	if err != nil {
-		h.cfg.logger.Warn("tracewindow: read audit trail failed", "tx", d.Saga.TxID, "err", err)
-		d.AuditUnavailable = "the audit trail could not be read: the event store did not answer (details are in the server's log)"
+		d.AuditUnavailable, _ = failure(h.cfg.logger.With("tx", d.Saga.TxID), "the audit trail could not be read: the event store did not answer", err)
 		return
 	}
 	if len(recs) > MaxAuditShown {

@@ -128,7 +128,7 @@ func (h *Handler) health(ctx context.Context, now time.Time) *Health {
 	if h.cfg.index != nil {
 		c, err := h.cfg.index.Census(ctx, h.scope, doc.From, doc.To)
 		if err != nil {
-			doc.Errors = append(doc.Errors, "index: "+err.Error())
+			doc.Errors = append(doc.Errors, h.healthError("index: the census failed", err))
 		} else {
 			doc.Index = &IndexStats{Scanned: c.Scanned, Truncated: c.Truncated}
 			for dom, counts := range c.ByDomain {
@@ -158,14 +158,21 @@ func (h *Handler) health(ctx context.Context, now time.Time) *Health {
 	// Count the sagas the directory names that are still RETRY_PENDING:
 	// its entries outlive their sagas' re-drives by minutes.
 	if rp, err := recovery.ListRetryPending(ctx, h.store, h.scope, h.cfg.rcfg, now, recovery.Page{Limit: MaxHealthRetries}); err != nil {
-		doc.Errors = append(doc.Errors, "retry directory: "+err.Error())
+		doc.Errors = append(doc.Errors, h.healthError("retry directory: the listing failed", err))
 	} else {
 		doc.RetryRegistered, doc.RetryRegisteredTruncated = len(rp.Sagas), rp.Next != ""
 	}
 	if fl, err := recovery.ListFrozen(ctx, h.store, h.scope, recovery.FrozenAll, recovery.Page{Limit: 1}); err != nil {
-		doc.Errors = append(doc.Errors, "frozen table: "+err.Error())
+		doc.Errors = append(doc.Errors, h.healthError("frozen table: the listing failed", err))
 	} else {
 		doc.Frozen = fl.Total
 	}
 	return doc
+}
+
+// healthError is the health document's error for a failed read: failure's
+// text (the error itself goes to the log only).
+func (h *Handler) healthError(what string, err error) string {
+	text, _ := failure(h.cfg.logger, what, err)
+	return text
 }
