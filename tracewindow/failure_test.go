@@ -180,12 +180,18 @@ func TestFailuresAnswerNoInternals(t *testing.T) {
 		if code != rt.code {
 			t.Errorf("%s: %d %s, want %d", rt.name, code, body, rt.code)
 		}
+		ids := errorIDs(m)
+		scrubbed := strings.ToLower(body)
+		for _, id := range ids { // a random hex id may hold "9092"
+			if len(id) == 16 && strings.Trim(id, "0123456789abcdef") == "" {
+				scrubbed = strings.ReplaceAll(scrubbed, id, "<id>")
+			}
+		}
 		for _, leak := range internals {
-			if strings.Contains(strings.ToLower(body), leak) {
+			if strings.Contains(scrubbed, leak) {
 				t.Errorf("%s: the answer tells the client %q: %s", rt.name, leak, body)
 			}
 		}
-		ids := errorIDs(m)
 		if len(ids) == 0 {
 			t.Errorf("%s: no error id in %s", rt.name, body)
 		}
