@@ -49,7 +49,7 @@ func ExampleSpanAttrs() {
 	span.End()
 
 	for _, kv := range rec.Ended()[0].Attributes() {
-		fmt.Println(kv.Key, kv.Value.Emit())
+		fmt.Println(kv.Key, kv.Value.String())
 	}
 	// Output:
 	// stacksaga.tx_id 01a22bf0-8258-8001-b874-19ca7520035d
