@@ -56,6 +56,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/internal/secretflag"
 	"github.com/stacksaga-go/stacksaga/ringcoordinator"
 )
 
@@ -104,7 +105,7 @@ func resolve(args []string, lookup func(string) (string, bool), stderr io.Writer
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat  = fs.String("log-format", "text", "text or json")
 	)
-	if err := fs.Parse(args); err != nil {
+	if err := secretflag.Parse(fs, args); err != nil {
 		return settings{}, err
 	}
 	if fs.NArg() > 0 {

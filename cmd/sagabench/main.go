@@ -84,6 +84,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/internal/cassandraenv"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
+	"github.com/stacksaga-go/stacksaga/internal/secretflag"
 )
 
 type options struct {
@@ -182,7 +183,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.clusterKeyspace, "cluster-keyspace", defaultClusterKeyspace, "the cluster cells' keyspace (NetworkTopologyStrategy, replication factor 3 in --cluster-dc; reads and writes at QUORUM, LWTs at SERIAL), created if missing by cluster-relaxed-c64 and cluster-strict-c64 while every node is up; the cluster-down-* cells need it made")
 	kafkaSec := kafkaflags.Register(fs)
 	o.lookup = os.LookupEnv
-	if err := fs.Parse(args); err != nil {
+	if err := secretflag.Parse(fs, args); err != nil {
 		return o, err
 	}
 	var errs []error

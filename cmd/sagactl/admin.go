@@ -22,6 +22,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/eventstore"
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
+	"github.com/stacksaga-go/stacksaga/internal/secretflag"
 	"github.com/stacksaga-go/stacksaga/internal/yamlconfig"
 	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/tracewindow"
@@ -283,7 +284,7 @@ func newAdminFlags(cmd string) *adminFlags {
 func (f *adminFlags) parse(args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := f.fs.Parse(args); err != nil {
+		if err := secretflag.Parse(f.fs, args); err != nil {
 			return nil, err
 		}
 		args = f.fs.Args()

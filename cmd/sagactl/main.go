@@ -65,6 +65,7 @@ import (
 	"time"
 
 	"github.com/stacksaga-go/stacksaga/eventstore/cassandra"
+	"github.com/stacksaga-go/stacksaga/internal/secretflag"
 )
 
 func main() {
@@ -134,7 +135,7 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		passwordFile = fs.String("password-file", "", "file holding the password for PasswordAuthenticator")
 		timeout = fs.Duration("timeout", 2*time.Minute, "bound on the whole command")
 	}
-	if err := fs.Parse(args[2:]); err != nil {
+	if err := secretflag.Parse(fs, args[2:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/stacksaga-go/stacksaga/internal/secretflag"
 	"github.com/stacksaga-go/stacksaga/ringcoordinator"
 )
 
@@ -22,7 +23,7 @@ func runRing(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	master := fs.String("master", "127.0.0.1:7070", "ring coordinator master (host:port)")
 	asJSON := fs.Bool("json", false, "print the assignment as one JSON document")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the master and its slaves")
-	if err := fs.Parse(args); err != nil {
+	if err := secretflag.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}

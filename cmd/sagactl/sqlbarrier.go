@@ -7,13 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
+	"github.com/stacksaga-go/stacksaga/internal/secretflag"
 	"github.com/stacksaga-go/stacksaga/sqlbarrier"
 )
 
@@ -45,7 +45,7 @@ func runSQLBarrier(ctx context.Context, args []string, stdout, stderr io.Writer)
 	dsnFile := fs.String("dsn-file", "", "file holding the database URL")
 	dsnFlag := fs.String("dsn", "", "database URL without a password (use --dsn-file or "+envSQLBarrierDSN+" for one with a password)")
 	timeout := fs.Duration("timeout", time.Minute, "bound on the whole command")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := secretflag.Parse(fs, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -78,11 +78,7 @@ func runSQLBarrier(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		dsn = strings.TrimSpace(string(b))
 	case *dsnFlag != "":
-		if u, err := url.Parse(*dsnFlag); err != nil || hasPassword(u) {
-			fmt.Fprintf(stderr, "sagactl: --dsn: refused: a URL with a password would show in the process list; use --dsn-file or %s\n", envSQLBarrierDSN)
-			return exitUsage
-		}
-		dsn = *dsnFlag
+		dsn = *dsnFlag // secretflag.Parse refused one with a password
 	}
 	if dsn == "" {
 		fmt.Fprintf(stderr, "sagactl: sql-barrier apply: no database URL (--dsn-file, %s or --dsn)\n", envSQLBarrierDSN)
@@ -107,13 +103,4 @@ func runSQLBarrier(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stdout, "%s: version %d -> %d\n", *table, before, sqlbarrier.SchemaVersion)
 	}
 	return exitOK
-}
-
-func hasPassword(u *url.URL) bool {
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			return true
-		}
-	}
-	return u.Query().Get("password") != ""
 }

@@ -83,15 +83,30 @@ flags:
 exit codes: 0 stopped by a signal, 1 runtime error, 2 usage error.
 `
 
+// traceWindowFlags are sagactl trace-window's flags: the admin commands'
+// and the page's own.
+type traceWindowFlags struct {
+	*adminFlags
+	addr, traceLink, allowedHosts *string
+	admin, anonymous              *bool
+	healthWindow                  *time.Duration
+}
+
+func newTraceWindowFlags() traceWindowFlags {
+	f := traceWindowFlags{adminFlags: newAdminFlags("trace-window")}
+	f.addr = f.fs.String("addr", "127.0.0.1:8088", "listen address")
+	f.admin = f.fs.Bool("admin", false, "enable admin actions")
+	f.anonymous = f.fs.Bool("anonymous-reads", false, "serve reads without a token")
+	f.healthWindow = f.fs.Duration("health-window", 0, "health window")
+	f.traceLink = f.fs.String("trace-link", "", "tracing UI link template")
+	f.allowedHosts = f.fs.String("allowed-host", "", "comma-separated host names served besides IP addresses and localhost")
+	return f
+}
+
 // runTraceWindow runs sagactl trace-window until ctx ends or a signal.
 func runTraceWindow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newAdminFlags("trace-window")
-	addr := f.fs.String("addr", "127.0.0.1:8088", "listen address")
-	admin := f.fs.Bool("admin", false, "enable admin actions")
-	anonymous := f.fs.Bool("anonymous-reads", false, "serve reads without a token")
-	healthWindow := f.fs.Duration("health-window", 0, "health window")
-	traceLink := f.fs.String("trace-link", "", "tracing UI link template")
-	allowedHosts := f.fs.String("allowed-host", "", "comma-separated host names served besides IP addresses and localhost")
+	tf := newTraceWindowFlags()
+	f, addr, admin, anonymous, healthWindow, traceLink, allowedHosts := tf.adminFlags, tf.addr, tf.admin, tf.anonymous, tf.healthWindow, tf.traceLink, tf.allowedHosts
 	pos, err := f.parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, traceWindowUsage)

@@ -94,6 +94,7 @@ import (
 	"github.com/stacksaga-go/stacksaga/internal/cassandraenv"
 	"github.com/stacksaga-go/stacksaga/internal/duplicator"
 	"github.com/stacksaga-go/stacksaga/internal/kafkaflags"
+	"github.com/stacksaga-go/stacksaga/internal/secretflag"
 	"github.com/stacksaga-go/stacksaga/orchestrator"
 	"github.com/stacksaga-go/stacksaga/recovery"
 	"github.com/stacksaga-go/stacksaga/ringcoordinator"
@@ -184,7 +185,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.verbose, "v", false, "log framework warnings")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	kafkaSec := kafkaflags.Register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := secretflag.Parse(fs, args); err != nil {
 		return o, err
 	}
 	o.window = time.Duration(windowSec * float64(time.Second))
