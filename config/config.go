@@ -46,6 +46,10 @@ type Instance struct {
 	// (region-code, 1-4095; 0: none given, which only the default region,
 	// code 1, may omit).
 	RegionCode uint16
+	// StrictNames (strict-names) makes a configured name that matches
+	// nothing registered refuse the start instead of a warning (see
+	// CheckNames).
+	StrictNames bool
 }
 
 // Config is the whole stacksaga document of a service. Pass it whole to
@@ -130,6 +134,8 @@ const (
 	EnvService = "STACKSAGA_INSTANCE_SERVICE"
 	// EnvRegionCode overrides stacksaga.instance.region-code.
 	EnvRegionCode = "STACKSAGA_INSTANCE_REGION_CODE"
+	// EnvStrictNames overrides stacksaga.instance.strict-names.
+	EnvStrictNames = "STACKSAGA_INSTANCE_STRICT_NAMES"
 )
 
 // ErrInvalidInstance is wrapped by the errors of the stacksaga.instance
@@ -197,6 +203,7 @@ func loadInstance(data []byte, lookup func(string) (string, bool)) (Instance, er
 				Cluster    string `yaml:"cluster"`
 				Service    string `yaml:"service"`
 				RegionCode string `yaml:"region-code"`
+				Strict     string `yaml:"strict-names"`
 			} `yaml:"instance"`
 		} `yaml:"stacksaga"`
 	}
@@ -221,6 +228,13 @@ func loadInstance(data []byte, lookup func(string) (string, bool)) (Instance, er
 			return Instance{}, fmt.Errorf("%w: stacksaga.instance.region-code: %q: want an integer 1-4095", ErrInvalidInstance, code)
 		}
 		out.RegionCode = uint16(n)
+	}
+	if s := pick(EnvStrictNames, in.Strict, "false"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return Instance{}, fmt.Errorf("%w: stacksaga.instance.strict-names: %q: want true or false", ErrInvalidInstance, s)
+		}
+		out.StrictNames = b
 	}
 	return out, nil
 }

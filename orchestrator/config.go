@@ -67,6 +67,9 @@ func (c *config) applyFile(service, domain string) []error {
 	if s := f.Instance.Service; s != "" && s != service {
 		errs = append(errs, fmt.Errorf("%w: stacksaga.instance.service is %q but this orchestrator is %q (sagactl would look for its sagas under %q)", ErrConfigNotApplied, s, service, s))
 	}
+	if err := f.CheckNames(c.logger, sagaconfig.Names{Domains: []string{domain}}); err != nil {
+		errs = append(errs, err)
+	}
 	if f.Has(sagaconfig.SectionCassandra) && !c.storeSet {
 		errs = append(errs, fmt.Errorf("%w: %s: the file configures a store but no WithStore is given (pass orchestrator.WithStore(store) with store from cassandra.New(ctx, cfg.Cassandra))", ErrConfigNotApplied, sagaconfig.SectionCassandra))
 	}

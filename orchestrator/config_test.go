@@ -17,7 +17,7 @@ import (
 // loadDoc loads a stacksaga document with the brokers' variables unset.
 func loadDoc(t *testing.T, doc string) sagaconfig.Config {
 	t.Helper()
-	for _, v := range []string{kafkaflags.EnvBrokers, kafkaflags.DeprecatedEnvBrokers, sagaconfig.EnvRegion, sagaconfig.EnvCluster, sagaconfig.EnvService, sagaconfig.EnvRegionCode} {
+	for _, v := range []string{kafkaflags.EnvBrokers, kafkaflags.DeprecatedEnvBrokers, sagaconfig.EnvRegion, sagaconfig.EnvCluster, sagaconfig.EnvService, sagaconfig.EnvRegionCode, sagaconfig.EnvStrictNames} {
 		t.Setenv(v, "")
 	}
 	c, err := sagaconfig.Load([]byte(doc))
@@ -89,4 +89,15 @@ func TestWithConfigRefusesUnappliedSections(t *testing.T) {
 		t.Fatalf("a file with a store and the workers' write protection: %v", err)
 	}
 	o.Close()
+}
+
+// A write-protection domain name that matches no domain of the
+// orchestrator refuses New under stacksaga.instance.strict-names (issue 48
+// item 2; config.CheckNames holds the rule and its table).
+func TestWithConfigRefusesUnmatchedNameUnderStrictNames(t *testing.T) {
+	cfg := loadDoc(t, "stacksaga:\n  instance: { strict-names: true }\n  cassandra:\n    write-protection:\n      domains: { "+domainName+"-typo: { mode: STRICT } }\n")
+	_, err := orchestrator.New("order-service", testDomain(), orchestrator.WithConfig(cfg), orchestrator.WithStore(memory.New()))
+	if !errors.Is(err, sagaconfig.ErrUnmatchedName) || !strings.Contains(err.Error(), domainName+"-typo") {
+		t.Fatalf("err = %v, want ErrUnmatchedName naming the typo", err)
+	}
 }

@@ -59,6 +59,13 @@ func (c *config) applyFile(service string) []error {
 	if c.membership.SessionTimeout == 0 && e.Type != topics.GroupShare {
 		c.membership.SessionTimeout = e.SessionTimeout
 	}
+	names := sagaconfig.Names{Services: []string{service}, Domains: c.domains}
+	if err := f.CheckNames(c.logger, names); err != nil {
+		errs = append(errs, err)
+	}
+	if f.Instance.StrictNames && c.domains == nil && len(f.WriteProtection.Domains) > 0 {
+		errs = append(errs, fmt.Errorf("%w: stacksaga.cassandra.write-protection.domains: a worker judges these names only against the domains it serves: name them with worker.WithDomains (stacksaga.instance.strict-names)", sagaconfig.ErrUnmatchedName))
+	}
 	for _, s := range []sagaconfig.Section{sagaconfig.SectionWriteProtection, sagaconfig.SectionCassandra} {
 		if f.Has(s) && !c.guardSet {
 			errs = append(errs, fmt.Errorf("%w: %s: the file configures write protection but no WithGuard is given (pass worker.WithGuard(guard) with guard from writeprotect.New(store, cfg.WriteProtection))", ErrConfigNotApplied, s))

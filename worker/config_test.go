@@ -18,7 +18,7 @@ import (
 // variables unset.
 func loadDoc(t *testing.T, doc string) sagaconfig.Config {
 	t.Helper()
-	for _, v := range []string{kafkaflags.EnvBrokers, kafkaflags.DeprecatedEnvBrokers, sagaconfig.EnvRegion, sagaconfig.EnvCluster, sagaconfig.EnvService, sagaconfig.EnvRegionCode} {
+	for _, v := range []string{kafkaflags.EnvBrokers, kafkaflags.DeprecatedEnvBrokers, sagaconfig.EnvRegion, sagaconfig.EnvCluster, sagaconfig.EnvService, sagaconfig.EnvRegionCode, sagaconfig.EnvStrictNames} {
 		t.Setenv(v, "")
 	}
 	c, err := sagaconfig.Load([]byte(doc))
@@ -84,5 +84,44 @@ func TestWorkerWithConfigRefusesUnappliedSections(t *testing.T) {
 			continue
 		}
 		w.Close()
+	}
+}
+
+// Under stacksaga.instance.strict-names, a configured name the worker does
+// not register refuses New: a worker group entry that matches no service, a
+// write-protection domain that matches none of WithDomains, and a
+// write-protection domains section without WithDomains (the worker could
+// not judge it); matching names start (issue 48 item 2; config.CheckNames
+// holds the rule and its table).
+func TestWorkerWithConfigRefusesUnmatchedNameUnderStrictNames(t *testing.T) {
+	wp := "  cassandra:\n    write-protection:\n      domains: { shop-order: { mode: STRICT } }\n"
+	for _, tc := range []struct {
+		name, doc string
+		domains   []string
+		want      string // "": New succeeds
+	}{
+		{"worker group entry", "  kafka:\n    worker:\n      services: { payment-servce: { group-type: share } }\n", nil, "payment-servce"},
+		{"write-protection domain", wp, []string{"shop-ordr"}, "write-protection.domains.shop-order"},
+		{"write-protection without WithDomains", wp, nil, "worker.WithDomains"},
+		{"matching names", wp + "  kafka:\n    worker:\n      services: { payment-service: { group-type: share } }\n", []string{"shop-order"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := loadDoc(t, "stacksaga:\n  instance: { strict-names: true }\n"+tc.doc)
+			opts := []worker.Option{worker.WithConfig(cfg), worker.WithGuard(nopGuard{})}
+			if tc.domains != nil {
+				opts = append(opts, worker.WithDomains(tc.domains...))
+			}
+			w, err := worker.New("payment-service", opts...)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				w.Close()
+				return
+			}
+			if !errors.Is(err, sagaconfig.ErrUnmatchedName) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrUnmatchedName naming %s", err, tc.want)
+			}
+		})
 	}
 }

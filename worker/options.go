@@ -40,7 +40,8 @@ type config struct {
 	provision      topics.Provision
 	noProvision    bool
 	guard          Guard
-	guardSet       bool // WithGuard was given
+	guardSet       bool     // WithGuard was given
+	domains        []string // WithDomains
 	// file is WithConfig's document, fileErr its Kafka settings' error.
 	file           *sagaconfig.Config
 	fileErr        error
@@ -121,6 +122,21 @@ func WithoutProvision() Option {
 // too, or its Execute is bypassed.
 func WithGuard(g Guard) Option {
 	return option(func(c *config) { c.guard, c.guardSet = g, true })
+}
+
+// WithDomains names the saga domains whose commands this worker serves.
+// With it, New judges the write-protection domain names of the file given
+// to WithConfig (stacksaga.cassandra.write-protection.domains) as the
+// orchestrator does at start: a configured name that matches none of
+// domains is warned about, or refused under stacksaga.instance.strict-names
+// (config.CheckNames), and the mode of each is logged. Without it, a worker
+// cannot judge those names at start; its Guard (writeprotect) logs each
+// domain's mode at its first command and warns then when a domain runs at
+// the default while configured names matched nothing, and strict-names
+// with a write-protection domains section refuses the start, asking for
+// WithDomains.
+func WithDomains(domains ...string) Option {
+	return option(func(c *config) { c.domains = append(c.domains, domains...) })
 }
 
 // WithRegion names the region this worker runs in (default ""), used in

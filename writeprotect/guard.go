@@ -92,6 +92,8 @@ type Guard struct {
 	log    *slog.Logger
 	seq    atomic.Uint64
 	stats  counters
+	// domains notes the first command of each domain (see policy).
+	domains domainNotes
 }
 
 // New makes a Guard over store with cfg (validated; zero fields take the
@@ -192,7 +194,7 @@ func (g *Guard) Config() Config { return g.cfg }
 // the store unreachable). A panic in run propagates without committing: a
 // STRICT lease is left to expire, as after a crash.
 func (g *Guard) Execute(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, error) {
-	x := &execution{g: g, cmd: cmd, run: run, policy: g.cfg.Resolve(cmd.Domain)}
+	x := &execution{g: g, cmd: cmd, run: run, policy: g.policy(cmd.Domain)}
 	return x.execute(ctx)
 }
 
@@ -210,7 +212,7 @@ func (g *Guard) Execute(ctx context.Context, cmd *topics.Envelope, run func(cont
 // documentation, "The record and the reply, side by side". With the
 // terminal fence (WithTerminalFence) the write is not overlapped.
 func (g *Guard) ExecuteOverlapped(ctx context.Context, cmd *topics.Envelope, run func(context.Context) *topics.Envelope) (*topics.Envelope, func(), error) {
-	x := &execution{g: g, cmd: cmd, run: run, policy: g.cfg.Resolve(cmd.Domain), overlap: !g.opts.fence}
+	x := &execution{g: g, cmd: cmd, run: run, policy: g.policy(cmd.Domain), overlap: !g.opts.fence}
 	reply, err := x.execute(ctx)
 	if x.written == nil {
 		return reply, func() {}, err

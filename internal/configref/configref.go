@@ -124,6 +124,7 @@ func Entries() []Entry {
 		{"stacksaga.instance.cluster", "string", rd.Cluster, env("stacksaga.instance.cluster"), "the virtual cluster within the region", ring + ", sagactl"},
 		{"stacksaga.instance.service", "string", "", env("stacksaga.instance.service"), "the orchestrating service whose sagas sagactl reads (orchestrator.WithConfig refuses another service's file)", "sagactl, orchestrator.WithConfig"},
 		{"stacksaga.instance.region-code", "integer 1..4095", "1 for the region default", env("stacksaga.instance.region-code"), "the region's 12-bit code in transaction ids (a region other than default needs one)", "orchestrator.WithConfig"},
+		{"stacksaga.instance.strict-names", "boolean", "false", env("stacksaga.instance.strict-names"), "refuse to start when a configured domain or service name (write-protection.domains, kafka.orchestrator.domains, kafka.worker.services) matches nothing the orchestrator or worker registers; false: warn", "orchestrator.WithConfig, worker.WithConfig (config.CheckNames)"},
 
 		{c("contact-points"), "list of host[:port]", strings.Join(cd.ContactPoints, ","), cassandra.EnvContactPoints, "Cassandra contact points (the variable: comma-separated)", cas},
 		{c("keyspace"), "string", cd.Keyspace, cassandra.EnvKeyspace, "the keyspace of the StackSaga tables", cas},

@@ -90,7 +90,7 @@ func TestEnvironmentVariables(t *testing.T) {
 	delete(asked, kafkaflags.DeprecatedEnvBrokers) // listed in OtherEnv
 	delete(asked, kafkaflags.DefaultPasswordEnv)   // read only with sasl.user; listed in OtherEnv
 	// sagactl's scope (cmd/sagactl resolveScope; its tests cover it).
-	for _, v := range []string{"STACKSAGA_INSTANCE_REGION", "STACKSAGA_INSTANCE_CLUSTER", "STACKSAGA_INSTANCE_SERVICE", "STACKSAGA_INSTANCE_REGION_CODE"} {
+	for _, v := range []string{"STACKSAGA_INSTANCE_REGION", "STACKSAGA_INSTANCE_CLUSTER", "STACKSAGA_INSTANCE_SERVICE", "STACKSAGA_INSTANCE_REGION_CODE", "STACKSAGA_INSTANCE_STRICT_NAMES"} {
 		asked[v] = true
 	}
 	delete(asked, ringcoordinator.EnvToken)

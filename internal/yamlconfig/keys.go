@@ -31,6 +31,7 @@ var Keys = []string{
 	"stacksaga.instance.cluster",
 	"stacksaga.instance.service",
 	"stacksaga.instance.region-code",
+	"stacksaga.instance.strict-names",
 
 	// eventstore/cassandra
 	"stacksaga.cassandra.contact-points",
